@@ -1,0 +1,1 @@
+//! The black-box conformance suite arrives with the conformance issue.

@@ -1,0 +1,116 @@
+//! `prted`: the DVM daemon. Started identically on every node with `--bootstrap`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use dvmlab_runtime::bootstrap::Prepared;
+use dvmlab_runtime::conf::Params;
+use dvmlab_runtime::daemon;
+
+/// A DVM daemon formed by the bootstrap method.
+///
+/// The same `prted --bootstrap` runs on every node. Each daemon reads prte.conf
+/// (/etc/prte.conf, or the file named by the prte_bootstrap_conf parameter), derives its
+/// namespace and rank from DVMNodes, elects itself controller if it runs on
+/// DVMControllerHost, and connects to its parent in the radix routing tree.
+///
+/// Parameters (`--prtemca NAME VALUE`, or the environment variable PRTE_MCA_<NAME>):
+/// prte_bootstrap_conf, prte_dvm_port, prte_if_include, prte_keep_fqdn_hostnames,
+/// rml_base_radix, prte_bootstrap_retry_initial_delay. For the keys that seed them
+/// (DVMPort, DVMNetworks, KeepFQDNHostnames, DVMRadix) the command line beats prte.conf,
+/// which beats the environment.
+///
+/// Exit status: 0 after a clean stop or SIGTERM/SIGINT; 1 for a configuration diagnostic;
+/// 2 for a usage error; 3 when the daemon cannot run (port in use, session directory).
+#[derive(Parser, Debug)]
+#[command(name = "prted", version, verbatim_doc_comment)]
+struct Cli {
+    /// Form (or join) the DVM described by prte.conf. Required: the only mode prted has.
+    #[arg(long)]
+    bootstrap: bool,
+
+    /// Print the identity this host derives (namespace, rank, role, URIs) and exit without
+    /// joining.
+    #[arg(long)]
+    show_identity: bool,
+
+    /// With --show-identity: print JSON.
+    #[arg(long, requires = "show_identity")]
+    json: bool,
+
+    /// Set an MCA-style parameter; may be repeated.
+    #[arg(long, num_args = 2, value_names = ["NAME", "VALUE"], action = clap::ArgAction::Append)]
+    prtemca: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !cli.bootstrap {
+        eprintln!("prted: only the bootstrap method is supported; run `prted --bootstrap`");
+        return ExitCode::from(2);
+    }
+    let pairs = cli
+        .prtemca
+        .chunks(2)
+        .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
+        .collect();
+    let params = Params::from_process(pairs);
+    let prepared = match Prepared::new(&params) {
+        Ok(p) => p,
+        Err(d) => {
+            eprintln!("prted: {d}");
+            return ExitCode::from(1);
+        }
+    };
+    if cli.show_identity {
+        let r = prepared.report();
+        if cli.json {
+            match serde_json::to_string_pretty(&r) {
+                Ok(s) => println!("{s}"),
+                Err(e) => {
+                    eprintln!("prted: {e}");
+                    return ExitCode::from(3);
+                }
+            }
+        } else {
+            println!("namespace   {}", r.namespace);
+            println!("rank        {}", r.rank);
+            println!("role        {:?}", r.role);
+            println!("host        {}", r.host);
+            println!("uri         {}", r.uri);
+            println!(
+                "daemons     {} (controller listed in DVMNodes: {})",
+                r.daemons, r.controller_listed
+            );
+            println!("radix       {}", r.radix);
+            match (r.parent, &r.parent_uri) {
+                (Some(p), Some(u)) => println!("parent      {p} ({u})"),
+                _ => println!("parent      none (this is the controller)"),
+            }
+            println!("conf        {}", r.conf);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let log_file = daemon::log_path(&prepared);
+    if let Err(e) = daemon::init_logging(log_file.as_deref()) {
+        eprintln!("prted: cannot open log file: {e}");
+        return ExitCode::from(3);
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prted: cannot start the runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match rt.block_on(daemon::run(prepared)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("prted: {e}");
+            ExitCode::from(3)
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! The `prted` shell: sockets, timers and signals around the sans-IO [`Node`] core.
+//!
+//! One task owns the core and feeds it inputs from a channel; every connection has a reader
+//! task that turns frames into inputs and a writer task that drains an outgoing queue.
+
+mod logging;
+mod session;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::{SinkExt, StreamExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tracing::{debug, info, warn};
+
+use crate::bootstrap::Prepared;
+use crate::conf::settings::expand_template;
+use crate::identity::Role;
+use crate::node::{Input, LinkId, Node, NodeConfig, Note, Output};
+use crate::tree::Rank;
+use crate::uplink::Policy;
+use crate::wire::{Frame, FrameCodec, Hello, Peer};
+
+pub use logging::init as init_logging;
+
+/// How long a peer has to say hello, and a connect attempt to complete.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The log file this daemon writes besides stderr, if `prte.conf` names one.
+pub fn log_path(p: &Prepared) -> Option<PathBuf> {
+    let s = &p.settings;
+    let t = match p.identity.role {
+        Role::Controller => s.controller_log_path.as_ref(),
+        Role::Daemon => s.prted_log_path.as_ref(),
+    }?;
+    Some(PathBuf::from(expand_template(
+        t,
+        &p.identity.host,
+        p.identity.rank,
+        &p.identity.nspace,
+    )))
+}
+
+/// Which state notes to log, from the `*LogJobState` / `*LogProcState` keys.
+struct StateLogging {
+    job: bool,
+    proc: bool,
+}
+
+/// Messages into the core's task.
+enum Event {
+    Input(Input),
+    /// A connection's writer is ready; frames for `link` go to `tx`.
+    Register {
+        link: LinkId,
+        tx: mpsc::UnboundedSender<Frame>,
+        writer: JoinHandle<()>,
+    },
+}
+
+/// Shared by the tasks that create connections.
+struct Ctx {
+    events: mpsc::UnboundedSender<Event>,
+    next_link: AtomicU64,
+    nspace: String,
+    me: Peer,
+}
+
+/// Runs the daemon until the DVM stops or a signal ends it.
+pub async fn run(p: Prepared) -> std::io::Result<()> {
+    let s = &p.settings;
+    let own = SocketAddr::new(p.own.addr, s.port);
+    let listener = listen(own).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {own} (DVMPort): {e}"))
+    })?;
+    let uri = p.uri_of(p.identity.rank, p.own).to_string();
+    let session_dir = s.session_dir(&p.identity.host, p.identity.rank);
+    let session = session::Session::create(&session_dir, &uri).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot create session directory {}: {e}",
+                session_dir.display()
+            ),
+        )
+    })?;
+    let role = p.identity.role;
+    let states = match role {
+        Role::Controller => StateLogging {
+            job: s.controller_log_job_state,
+            proc: s.controller_log_proc_state,
+        },
+        Role::Daemon => StateLogging {
+            job: s.prted_log_job_state,
+            proc: s.prted_log_proc_state,
+        },
+    };
+    info!(
+        "prted {} rank {} ({:?}) on {} listening at {}, session {}",
+        p.identity.nspace,
+        p.identity.rank,
+        role,
+        p.identity.host,
+        uri,
+        session.dir().display()
+    );
+    let cfg = NodeConfig {
+        identity: p.identity.clone(),
+        hosts: p.membership.hosts.clone(),
+        tree: p.tree,
+        policy: Policy {
+            initial: s.retry_initial_delay,
+            max: s.retry_max_delay,
+            heal_after: s.connect_max_time,
+        },
+        controller_listed: p.membership.controller_listed,
+        controller_uri: p.controller_uri().to_string(),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let ctx = Arc::new(Ctx {
+        events: tx,
+        next_link: AtomicU64::new(1),
+        nspace: p.identity.nspace.clone(),
+        me: Peer::Daemon {
+            rank: p.identity.rank,
+            host: p.identity.host.clone(),
+        },
+    });
+    let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
+    let addrs: HashMap<Rank, SocketAddr> = p
+        .ancestors
+        .iter()
+        .map(|(r, c)| (*r, SocketAddr::new(c.addr, s.port)))
+        .collect();
+
+    let start = Instant::now();
+    let mut node = Node::new(cfg);
+    let mut links: HashMap<LinkId, mpsc::UnboundedSender<Frame>> = HashMap::new();
+    let mut writers: Vec<JoinHandle<()>> = Vec::new();
+    let mut formed_at: Option<u64> = None;
+    let mut pending = node.handle(Duration::ZERO, Input::Start);
+    let mut signals = Signals::new()?;
+
+    'main: loop {
+        for out in pending.drain(..) {
+            match out {
+                Output::Connect { rank, delay } => match addrs.get(&rank) {
+                    Some(&addr) => {
+                        tokio::spawn(connect(ctx.clone(), rank, addr, delay));
+                    }
+                    None => warn!("no address for rank {rank}; cannot connect"),
+                },
+                Output::Send { link, mut frame } => {
+                    if let Frame::ToolReply(crate::wire::ToolReply::Status(st)) = &mut frame {
+                        st.formed_at_unix_ms = formed_at;
+                    }
+                    if let Some(tx) = links.get(&link) {
+                        let _ = tx.send(frame);
+                    }
+                }
+                Output::Close { link } => {
+                    links.remove(&link);
+                }
+                Output::SetTimer { timer, delay } => {
+                    let ev = ctx.events.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = ev.send(Event::Input(Input::Timer(timer)));
+                    });
+                }
+                Output::Note(n) => {
+                    if matches!(n, Note::DvmReady { .. }) {
+                        formed_at = Some(unix_ms());
+                    }
+                    log_note(&n, &states);
+                }
+                Output::Exit => break 'main,
+            }
+        }
+        let input = tokio::select! {
+            ev = rx.recv() => match ev {
+                Some(Event::Input(i)) => i,
+                Some(Event::Register { link, tx, writer }) => {
+                    links.insert(link, tx);
+                    writers.retain(|w| !w.is_finished());
+                    writers.push(writer);
+                    continue;
+                }
+                None => break 'main,
+            },
+            sig = signals.recv() => {
+                info!("received {sig}; rank {} exiting", node.rank());
+                break 'main;
+            }
+        };
+        if let Input::Closed { link } = &input {
+            links.remove(link);
+        }
+        pending = node.handle(start.elapsed(), input);
+    }
+    accept.abort();
+    drop(links);
+    for w in writers {
+        let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
+    }
+    session.remove();
+    info!("rank {} exited", node.rank());
+    Ok(())
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn log_note(n: &Note, states: &StateLogging) {
+    match n {
+        Note::DvmReady { nspace, daemons } => {
+            info!("DVM ready: namespace {nspace}, {daemons} daemons")
+        }
+        Note::DvmIncomplete { joined, expected } => {
+            warn!("DVM no longer formed: {joined} of {expected} daemons joined")
+        }
+        Note::Joined {
+            parent,
+            tree_parent,
+        } if parent == tree_parent => info!("joined the DVM through parent rank {parent}"),
+        Note::Joined {
+            parent,
+            tree_parent,
+        } => info!(
+            "joined the DVM through ancestor rank {parent} (healed past tree parent {tree_parent})"
+        ),
+        Note::Healing { from, to } => {
+            warn!("parent rank {from} unreachable for DVMConnectMaxTime; healing up to rank {to}")
+        }
+        Note::ConnectFailed {
+            rank,
+            reason,
+            retry_in,
+        } => debug!("connect to rank {rank} failed ({reason}); retry in {retry_in:?}"),
+        Note::UplinkLost { rank } => warn!("lost connection to rank {rank}; reconnecting"),
+        Note::Refused { link, reason } => warn!("link {link}: {reason}"),
+        Note::Unroutable { dst } => warn!("no route to rank {dst}; message dropped"),
+        Note::StopIncomplete { ranks } => {
+            warn!("stop: no exit confirmation from ranks {ranks:?}")
+        }
+        Note::JobState { state } if states.job => info!("DVM job state {state}"),
+        Note::ProcState { rank, state } if states.proc => {
+            info!("daemon rank {rank} state {state}")
+        }
+        Note::JobState { .. } | Note::ProcState { .. } => {}
+    }
+}
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(1024)
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(serve_inbound(ctx.clone(), stream, peer));
+            }
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Starts the writer task of a connection and hands its queue to the core's task.
+fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+    let writer = tokio::spawn(async move {
+        let mut sink = FramedWrite::new(write, FrameCodec::default());
+        while let Some(f) = rx.recv().await {
+            if sink.send(f).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let _ = ctx.events.send(Event::Register { link, tx, writer });
+}
+
+async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
+        Ok(Some(Ok(Frame::Hello(h)))) => h,
+        Ok(Some(Ok(other))) => {
+            return warn!("{peer}: first frame was not a hello: {other:?}; dropped")
+        }
+        Ok(Some(Err(e))) => return warn!("{peer}: {e}; dropped"),
+        Ok(None) => return debug!("{peer}: closed before hello"),
+        Err(_) => return warn!("{peer}: no hello within {HANDSHAKE_TIMEOUT:?}; dropped"),
+    };
+    if let Some(reason) = hello.mismatch(&ctx.nspace) {
+        warn!("{peer}: refused: {reason}");
+        let mut sink = FramedWrite::new(write, FrameCodec::default());
+        let _ = sink.send(Frame::Refuse { reason }).await;
+        return;
+    }
+    let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
+    register(&ctx, link, write);
+    let _ = ctx.events.send(Event::Input(Input::Hello {
+        link,
+        peer: hello.peer,
+    }));
+    read_frames(&ctx, link, frames, &peer.to_string()).await;
+}
+
+/// Turns a connection's frames into inputs until it closes or sends garbage.
+async fn read_frames(
+    ctx: &Ctx,
+    link: LinkId,
+    mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+    peer: &str,
+) {
+    while let Some(item) = frames.next().await {
+        let input = match item {
+            Ok(Frame::Daemon(msg)) => Input::Frame { link, msg },
+            Ok(Frame::Tool(req)) => Input::Tool { link, req },
+            Ok(other) => {
+                warn!("{peer}: unexpected frame {other:?}; dropping the link");
+                break;
+            }
+            Err(e) => {
+                warn!("{peer}: {e}; dropping the link");
+                break;
+            }
+        };
+        if ctx.events.send(Event::Input(input)).is_err() {
+            return;
+        }
+    }
+    let _ = ctx.events.send(Event::Input(Input::Closed { link }));
+}
+
+async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
+    tokio::time::sleep(delay).await;
+    match try_connect(&ctx, addr).await {
+        Ok((stream, frames)) => {
+            let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
+            register(&ctx, link, stream);
+            let _ = ctx
+                .events
+                .send(Event::Input(Input::UplinkUp { link, rank }));
+            read_frames(&ctx, link, frames, &format!("rank {rank} at {addr}")).await;
+        }
+        Err(reason) => {
+            let _ = ctx
+                .events
+                .send(Event::Input(Input::UplinkFailed { rank, reason }));
+        }
+    }
+}
+
+type Halves = (
+    tokio::net::tcp::OwnedWriteHalf,
+    FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+);
+
+async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("connect to {addr} timed out"))?
+        .map_err(|e| format!("connect to {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let mut sink = FramedWrite::new(write, FrameCodec::default());
+    sink.send(Frame::Hello(Hello::new(&ctx.nspace, ctx.me.clone())))
+        .await
+        .map_err(|e| format!("hello to {addr}: {e}"))?;
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
+        Ok(Some(Ok(Frame::Welcome { .. }))) => Ok((sink.into_inner(), frames)),
+        Ok(Some(Ok(Frame::Refuse { reason }))) => Err(format!("{addr} refused: {reason}")),
+        Ok(Some(Ok(other))) => Err(format!("{addr} answered hello with {other:?}")),
+        Ok(Some(Err(e))) => Err(format!("{addr}: {e}")),
+        Ok(None) => Err(format!("{addr} closed during hello")),
+        Err(_) => Err(format!("{addr}: no welcome within {HANDSHAKE_TIMEOUT:?}")),
+    }
+}

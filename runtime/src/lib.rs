@@ -1,0 +1,20 @@
+//! dvmlab's runtime: `prted` daemons that form a DVM by the bootstrap method, and `pctl`.
+//!
+//! The protocol and state machines are sans-IO types (`conf`, `identity`, `tree`, `net`,
+//! `uplink`, `node`, `wire`); `hosts`, `bootstrap`, `daemon` and `client` do the IO around
+//! them. See `ARCHITECTURE.md` at the repository root.
+
+pub mod bootstrap;
+pub mod client;
+pub mod conf;
+pub mod contract;
+pub mod daemon;
+pub mod diag;
+pub mod hostname;
+pub mod hosts;
+pub mod identity;
+pub mod net;
+pub mod node;
+pub mod tree;
+pub mod uplink;
+pub mod wire;
