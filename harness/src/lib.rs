@@ -1,1 +1,36 @@
+//! dvmlab's harness: starts a cluster of real daemons as separate hosts on this machine and
+//! breaks them on purpose.
+//!
+//! Two backends stand behind one [`Cluster`]:
+//! - **netns** (root): every host is a network namespace on a Linux bridge with its own IPv4
+//!   and/or IPv6 address, its own UTS host name, and a private mount namespace in which the
+//!   cluster's `hosts` and `prte.conf` appear at `/etc/hosts` and `/etc/prte.conf`;
+//! - **process** (no root): every host is a process bound to its own loopback address, told its
+//!   identity through a documented test-only environment.
+//!
+//! The harness knows nothing of the runtime's internals: it writes a `prte.conf` (the spec's
+//! format), starts the daemon command it is given on each host, and runs commands on hosts.
 
+pub mod addr;
+pub mod cluster;
+pub mod conf;
+pub mod gc;
+pub mod netns;
+pub mod process;
+pub mod wait;
+
+pub use cluster::{BackendKind, Cluster, ClusterSpec, HostInfo, IpMode};
+pub use conf::PrteConf;
+pub use wait::wait_until;
+
+/// Prefix of every namespace, directory and lock the harness creates, so `gc` finds them.
+pub const PREFIX: &str = "dvl";
+
+/// Whether this process may create network namespaces (root with `ip` available).
+pub fn netns_available() -> bool {
+    nix::unistd::geteuid().is_root()
+        && std::process::Command::new("ip")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+}

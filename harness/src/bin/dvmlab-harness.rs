@@ -1,1 +1,196 @@
-fn main() {}
+//! `dvmlab-harness`: stand up a DVM of real daemons on this machine, or clean up after crashed
+//! runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use dvmlab_harness::{gc, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
+
+/// Start clusters of real DVM daemons as hosts on this machine.
+///
+/// Hosts are network namespaces (as root) or loopback processes. Everything a run creates
+/// is removed when it ends; `gc` removes what a crashed run left behind.
+#[derive(Parser, Debug)]
+#[command(name = "dvmlab-harness", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Backend {
+    Netns,
+    Process,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Stand up a DVM (controller `ctl` plus nodes n01..nNN), show it, and tear it down.
+    Up {
+        /// Number of compute nodes (the controller comes on top unless --controller-listed).
+        #[arg(long, default_value_t = 8)]
+        nodes: usize,
+        /// DVMRadix.
+        #[arg(long, default_value_t = 64)]
+        radix: u32,
+        /// DVMIPVersion: 4 or 6.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(4..=6))]
+        ip: u8,
+        /// List the controller in DVMNodes (it becomes a compute node too).
+        #[arg(long)]
+        controller_listed: bool,
+        /// Backend; default: netns as root, else process.
+        #[arg(long, value_enum)]
+        backend: Option<Backend>,
+        /// Directory holding prted and pctl; default: next to this program.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Keep the DVM up this many seconds after showing it (0: tear down at once).
+        #[arg(long, default_value_t = 0.0)]
+        hold: f64,
+    },
+    /// Remove namespaces, run directories and locks of harness runs whose process is gone.
+    Gc {
+        /// Remove those of every run, live or not.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Cmd::Gc { all } => {
+            let c = gc::collect(all);
+            println!(
+                "removed {} namespaces, {} run directories, {} loopback locks",
+                c.namespaces.len(),
+                c.run_dirs.len(),
+                c.locks.len()
+            );
+            for n in c.namespaces {
+                println!("  netns {n}");
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Up {
+            nodes,
+            radix,
+            ip,
+            controller_listed,
+            backend,
+            bin_dir,
+            hold,
+        } => match up(nodes, radix, ip, controller_listed, backend, bin_dir, hold) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("dvmlab-harness: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
+
+fn up(
+    nodes: usize,
+    radix: u32,
+    ip: u8,
+    listed: bool,
+    backend: Option<Backend>,
+    bin_dir: Option<PathBuf>,
+    hold: f64,
+) -> Result<(), String> {
+    if ip != 4 && ip != 6 {
+        return Err("--ip must be 4 or 6".into());
+    }
+    let backend = match backend {
+        Some(Backend::Netns) => BackendKind::Netns,
+        Some(Backend::Process) => BackendKind::Process,
+        None => BackendKind::from_env()?,
+    };
+    if backend == BackendKind::Process && ip == 6 {
+        return Err("IPv6 needs the netns backend (run as root)".into());
+    }
+    let bin = match bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .parent()
+            .map(PathBuf::from)
+            .ok_or("cannot find the program's directory")?,
+    };
+    let prted = bin.join("prted");
+    let pctl = bin.join("pctl").to_string_lossy().to_string();
+    if !prted.exists() {
+        return Err(format!(
+            "{} not found (build it, or pass --bin-dir)",
+            prted.display()
+        ));
+    }
+    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i:02}")).collect();
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(names.iter().cloned());
+    let node_list = if listed {
+        format!("ctl,{}", names.join(","))
+    } else {
+        names.join(",")
+    };
+    let conf = PrteConf::new()
+        .set("ClusterName", "demo")
+        .set("DVMNodes", node_list)
+        .set("DVMControllerHost", "ctl")
+        .set("DVMRadix", radix)
+        .set("DVMIPVersion", ip);
+    let mut spec = ClusterSpec::new(
+        "demo",
+        &hosts,
+        vec![prted.to_string_lossy().to_string(), "--bootstrap".into()],
+    );
+    spec.backend = backend;
+    spec.ip = if ip == 6 { IpMode::V6 } else { IpMode::V4 };
+    spec.conf = conf.render();
+    println!(
+        "starting {} daemons ({backend:?} backend, radix {radix}, IPv{ip}); run dir below",
+        hosts.len()
+    );
+    let mut cluster = Cluster::new(spec)?;
+    println!("  {}", cluster.run_dir().display());
+    cluster.start_all()?;
+    let pctl_on_ctl = |args: &[&str]| -> Result<String, String> {
+        let mut argv = vec![pctl.clone()];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let out = cluster.exec("ctl", &argv)?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        if !out.status.success() {
+            return Err(format!(
+                "{argv:?} failed: {}{}",
+                text,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(text)
+    };
+    let shown = pctl_on_ctl(&["wait", "--within", "30"]).and_then(|w| {
+        Ok(format!(
+            "{w}\n{}\n{}",
+            pctl_on_ctl(&["status"])?,
+            pctl_on_ctl(&["ping", "--all"])?
+        ))
+    });
+    match shown {
+        Ok(s) => println!("{s}"),
+        Err(e) => {
+            eprintln!("{}", cluster.logs_tail(20));
+            return Err(e);
+        }
+    }
+    if hold > 0.0 {
+        println!("holding for {hold}s (Ctrl-C ends it early and still cleans up)");
+        std::thread::sleep(Duration::from_secs_f64(hold));
+    }
+    let stopped = pctl_on_ctl(&["stop"]);
+    println!("{}", stopped.unwrap_or_else(|e| e));
+    cluster.destroy();
+    Ok(())
+}

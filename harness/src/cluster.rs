@@ -1,0 +1,471 @@
+//! A cluster of hosts on this machine, each able to run the daemon under test, and the faults
+//! a test can inject into it.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::fs::{self, OpenOptions};
+use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+use crate::addr::{self, LoopbackBlock};
+use crate::netns::NetnsWorld;
+use crate::process::{expand, DEFAULT_IDENTITY_ENV};
+use crate::{gc, wait_until, PREFIX};
+
+/// Which backend hosts run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Netns,
+    Process,
+}
+
+impl BackendKind {
+    /// `DVMLAB_BACKEND` (`netns` or `process`) if set, else netns when this process may
+    /// create namespaces, else process.
+    pub fn from_env() -> Result<BackendKind, String> {
+        match std::env::var("DVMLAB_BACKEND").ok().as_deref() {
+            Some("netns") => Ok(BackendKind::Netns),
+            Some("process") => Ok(BackendKind::Process),
+            Some(other) => Err(format!("DVMLAB_BACKEND={other}: expected netns or process")),
+            None if crate::netns_available() => Ok(BackendKind::Netns),
+            None => Ok(BackendKind::Process),
+        }
+    }
+}
+
+/// Which address families hosts get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpMode {
+    V4,
+    V6,
+    Dual,
+}
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct ClusterSpec {
+    /// Names the run in logs.
+    pub label: String,
+    pub hosts: Vec<String>,
+    pub ip: IpMode,
+    pub backend: BackendKind,
+    /// The `prte.conf` every host gets (see [`Cluster::set_host_conf`] for exceptions).
+    pub conf: String,
+    /// The daemon command line, identical on every host.
+    pub daemon: Vec<String>,
+    /// Extra environment for every process started on a host.
+    pub env: Vec<(String, String)>,
+    /// Process backend: the identity environment (see [`DEFAULT_IDENTITY_ENV`]).
+    pub identity_env: Vec<(String, String)>,
+    /// Lines appended to every host's hosts file.
+    pub extra_hosts_lines: Vec<String>,
+    /// netns backend: hosts whose kernel IPv6 is switched off.
+    pub no_ipv6: Vec<String>,
+}
+
+impl ClusterSpec {
+    pub fn new(label: &str, hosts: &[String], daemon: Vec<String>) -> ClusterSpec {
+        ClusterSpec {
+            label: label.to_string(),
+            hosts: hosts.to_vec(),
+            ip: IpMode::V4,
+            backend: BackendKind::Process,
+            conf: String::new(),
+            daemon,
+            env: Vec::new(),
+            identity_env: DEFAULT_IDENTITY_ENV
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            extra_hosts_lines: Vec::new(),
+            no_ipv6: Vec::new(),
+        }
+    }
+}
+
+/// One host of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostInfo {
+    pub name: String,
+    pub index: usize,
+    pub v4: Option<IpAddr>,
+    pub v6: Option<IpAddr>,
+}
+
+enum World {
+    Netns(NetnsWorld),
+    /// The block is held for its lifetime: dropping it releases the reservation.
+    Process {
+        _block: LoopbackBlock,
+    },
+}
+
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// A running cluster. Everything it created is removed on drop; if the thread is panicking
+/// (a failed test), the tail of every host's log is printed first and the run directory kept.
+pub struct Cluster {
+    spec: ClusterSpec,
+    run: String,
+    dir: PathBuf,
+    hosts: Vec<HostInfo>,
+    world: Option<World>,
+    procs: HashMap<String, Child>,
+}
+
+impl Cluster {
+    /// Creates the hosts (namespaces or loopback addresses), their `/etc` files and the run
+    /// directory. No daemon is started yet.
+    pub fn new(spec: ClusterSpec) -> Result<Cluster, String> {
+        let run = format!(
+            "{PREFIX}{}-{}",
+            std::process::id(),
+            RUNS.fetch_add(1, Ordering::Relaxed)
+        );
+        let dir = gc::runs_dir().join(&run);
+        fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let (world, hosts) = match spec.backend {
+            BackendKind::Process => {
+                let block = LoopbackBlock::reserve().map_err(|e| e.to_string())?;
+                let hosts = spec
+                    .hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| HostInfo {
+                        name: n.clone(),
+                        index: i,
+                        v4: Some(addr::loopback(block.block, i)),
+                        v6: None,
+                    })
+                    .collect::<Vec<_>>();
+                (World::Process { _block: block }, hosts)
+            }
+            BackendKind::Netns => {
+                let hosts = spec
+                    .hosts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| HostInfo {
+                        name: n.clone(),
+                        index: i,
+                        v4: (spec.ip != IpMode::V6).then(|| IpAddr::V4(addr::netns_v4(i))),
+                        v6: (spec.ip != IpMode::V4).then(|| IpAddr::V6(addr::netns_v6(i))),
+                    })
+                    .collect::<Vec<_>>();
+                let no_v6: Vec<usize> = hosts
+                    .iter()
+                    .filter(|h| spec.no_ipv6.contains(&h.name))
+                    .map(|h| h.index)
+                    .collect();
+                let w = NetnsWorld::create(&run, &hosts, spec.ip, &no_v6)
+                    .map_err(|e| format!("netns setup: {e}"))?;
+                (World::Netns(w), hosts)
+            }
+        };
+        let c = Cluster {
+            spec,
+            run,
+            dir,
+            hosts,
+            world: Some(world),
+            procs: HashMap::new(),
+        };
+        c.write_files()
+            .map_err(|e| format!("writing host files: {e}"))?;
+        Ok(c)
+    }
+
+    fn hosts_text(&self) -> String {
+        let mut s = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
+        for h in &self.hosts {
+            for a in [h.v4, h.v6].into_iter().flatten() {
+                let _ = writeln!(s, "{a} {}", h.name);
+            }
+        }
+        for l in &self.spec.extra_hosts_lines {
+            let _ = writeln!(s, "{l}");
+        }
+        s
+    }
+
+    fn write_files(&self) -> std::io::Result<()> {
+        fs::write(self.dir.join("hosts"), self.hosts_text())?;
+        for h in &self.hosts {
+            let etc = self.etc_dir(&h.name);
+            fs::create_dir_all(&etc)?;
+            fs::write(etc.join("hosts"), self.hosts_text())?;
+            fs::write(etc.join("prte.conf"), &self.spec.conf)?;
+        }
+        Ok(())
+    }
+
+    /// The directory whose files appear in the host's `/etc` (netns) or are passed to it
+    /// (process).
+    pub fn etc_dir(&self, host: &str) -> PathBuf {
+        self.dir.join("etc").join(host)
+    }
+
+    /// Where this host's `prte.conf` is, as the host sees it.
+    pub fn conf_path(&self, host: &str) -> PathBuf {
+        match self.spec.backend {
+            BackendKind::Netns => PathBuf::from("/etc/prte.conf"),
+            BackendKind::Process => self.etc_dir(host).join("prte.conf"),
+        }
+    }
+
+    /// Gives one host a different `prte.conf` (for processes started after this call).
+    pub fn set_host_conf(&self, host: &str, text: &str) -> std::io::Result<()> {
+        fs::write(self.etc_dir(host).join("prte.conf"), text)
+    }
+
+    /// Gives every host a new `prte.conf` (for processes started after this call).
+    pub fn set_conf(&mut self, text: &str) -> std::io::Result<()> {
+        self.spec.conf = text.to_string();
+        for h in self.spec.hosts.clone() {
+            self.set_host_conf(&h, text)?;
+        }
+        Ok(())
+    }
+
+    pub fn run_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn backend(&self) -> BackendKind {
+        self.spec.backend
+    }
+
+    pub fn hosts(&self) -> &[HostInfo] {
+        &self.hosts
+    }
+
+    pub fn host(&self, name: &str) -> Result<&HostInfo, String> {
+        self.hosts
+            .iter()
+            .find(|h| h.name == name)
+            .ok_or_else(|| format!("no host {name} in cluster {}", self.spec.label))
+    }
+
+    /// A command that runs `argv` on `host`.
+    pub fn command(&self, host: &str, argv: &[String]) -> Result<Command, String> {
+        let h = self.host(host)?.clone();
+        let (prog, args) = argv.split_first().ok_or("empty command line")?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args).env_clear();
+        for k in ["PATH", "HOME", "RUST_BACKTRACE", "DVMLAB_LOG", "TMPDIR"] {
+            if let Ok(v) = std::env::var(k) {
+                cmd.env(k, v);
+            }
+        }
+        cmd.envs(self.spec.env.iter().map(|(k, v)| (k, v)));
+        match self.world.as_ref() {
+            Some(World::Netns(w)) => w
+                .enter(&mut cmd, h.index, &h.name, &self.etc_dir(&h.name))
+                .map_err(|e| format!("entering host {host}: {e}"))?,
+            Some(World::Process { .. }) => {
+                let hosts_file = self.dir.join("hosts");
+                let conf = self.conf_path(host);
+                for (k, v) in &self.spec.identity_env {
+                    cmd.env(
+                        k,
+                        expand(
+                            v,
+                            &h.name,
+                            &hosts_file.to_string_lossy(),
+                            &conf.to_string_lossy(),
+                        ),
+                    );
+                }
+            }
+            None => return Err("cluster already torn down".into()),
+        }
+        Ok(cmd)
+    }
+
+    fn log_path(&self, host: &str) -> PathBuf {
+        self.dir.join(format!("{host}.log"))
+    }
+
+    /// Starts the daemon on `host`, its output appended to the host's log.
+    pub fn start(&mut self, host: &str) -> Result<(), String> {
+        if self.is_running(host) {
+            return Err(format!("{host} is already running"));
+        }
+        let mut cmd = self.command(host, &self.spec.daemon.clone())?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(host))
+            .map_err(|e| format!("log for {host}: {e}"))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        cmd.stdin(Stdio::null()).stdout(log).stderr(err);
+        // SAFETY: only async-signal-safe system calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting {:?} on {host}: {e}", self.spec.daemon))?;
+        self.procs.insert(host.to_string(), child);
+        Ok(())
+    }
+
+    /// Starts the daemon on each of `hosts`.
+    pub fn start_many<S: AsRef<str>>(&mut self, hosts: &[S]) -> Result<(), String> {
+        for h in hosts {
+            self.start(h.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// Starts the daemon on every host.
+    pub fn start_all(&mut self) -> Result<(), String> {
+        let all = self.spec.hosts.clone();
+        self.start_many(&all)
+    }
+
+    /// Whether the daemon on `host` was started and has not exited.
+    pub fn is_running(&mut self, host: &str) -> bool {
+        self.procs
+            .get_mut(host)
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// The daemon's pid on `host`, if started.
+    pub fn pid(&self, host: &str) -> Option<u32> {
+        self.procs.get(host).map(|c| c.id())
+    }
+
+    /// Sends `sig` to the daemon's process group on `host`.
+    pub fn signal(&mut self, host: &str, sig: Signal) -> Result<(), String> {
+        let pid = self
+            .pid(host)
+            .ok_or_else(|| format!("{host} was not started"))?;
+        killpg(Pid::from_raw(pid as i32), sig).map_err(|e| format!("{sig} to {host}: {e}"))
+    }
+
+    /// SIGKILL, and wait until it is gone.
+    pub fn kill(&mut self, host: &str) -> Result<(), String> {
+        self.signal(host, Signal::SIGKILL)?;
+        self.wait_exit(host, Duration::from_secs(10)).map(|_| ())
+    }
+
+    pub fn freeze(&mut self, host: &str) -> Result<(), String> {
+        self.signal(host, Signal::SIGSTOP)
+    }
+
+    pub fn thaw(&mut self, host: &str) -> Result<(), String> {
+        self.signal(host, Signal::SIGCONT)
+    }
+
+    /// Cuts `host` off the network (netns only); `false` reconnects it.
+    pub fn set_connected(&mut self, host: &str, connected: bool) -> Result<(), String> {
+        let i = self.host(host)?.index;
+        match self.world.as_ref() {
+            Some(World::Netns(w)) => w.set_link(i, connected).map_err(|e| e.to_string()),
+            _ => Err("cutting a host off needs the netns backend".into()),
+        }
+    }
+
+    /// Waits for the daemon on `host` to exit and returns its status.
+    pub fn wait_exit(&mut self, host: &str, within: Duration) -> Result<ExitStatus, String> {
+        let child = self
+            .procs
+            .get_mut(host)
+            .ok_or_else(|| format!("{host} was not started"))?;
+        wait_until(within, Duration::from_millis(10), || {
+            match child.try_wait() {
+                Ok(Some(st)) => Ok(st),
+                Ok(None) => Err(format!("{host} still running")),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+    }
+
+    /// Runs `argv` on `host` to completion and returns its output.
+    pub fn exec(&self, host: &str, argv: &[String]) -> Result<Output, String> {
+        self.command(host, argv)?
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("running {argv:?} on {host}: {e}"))
+    }
+
+    /// The log of `host` so far.
+    pub fn log(&self, host: &str) -> String {
+        fs::read_to_string(self.log_path(host)).unwrap_or_default()
+    }
+
+    /// The last `lines` lines of every host's log that has one.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        let mut s = format!(
+            "==== cluster {} ({:?}, run dir {}) ====\n",
+            self.spec.label,
+            self.spec.backend,
+            self.dir.display()
+        );
+        for h in &self.hosts {
+            let text = self.log(&h.name);
+            if text.is_empty() {
+                continue;
+            }
+            let all: Vec<&str> = text.lines().collect();
+            let from = all.len().saturating_sub(lines);
+            let _ = writeln!(
+                s,
+                "---- {} ({} lines, last {}) ----",
+                h.name,
+                all.len(),
+                all.len() - from
+            );
+            for l in &all[from..] {
+                let _ = writeln!(s, "{l}");
+            }
+        }
+        s
+    }
+
+    fn teardown(&mut self) {
+        for (_, mut c) in self.procs.drain() {
+            let _ = killpg(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.world = None;
+    }
+
+    /// Tears everything down now (also done on drop).
+    pub fn destroy(mut self) {
+        self.teardown();
+    }
+
+    /// The run's name (the prefix of its namespaces).
+    pub fn run_name(&self) -> &str {
+        &self.run
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let failed = std::thread::panicking();
+        if failed {
+            eprintln!("{}", self.logs_tail(40));
+        }
+        self.teardown();
+        if failed {
+            eprintln!("run directory kept: {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Removing what crashed runs left behind: namespaces (and the processes in them), run
+//! directories and loopback locks whose owning process is gone.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::PREFIX;
+
+/// Whether `pid` names a live process.
+pub fn alive(pid: u32) -> bool {
+    i32::try_from(pid).is_ok_and(|p| {
+        p > 0 && !matches!(kill(Pid::from_raw(p), None), Err(nix::errno::Errno::ESRCH))
+    })
+}
+
+/// Whether the lock or run file at `path` names an owner pid that is gone. An unreadable or
+/// empty file is taken as owned (its owner may be writing it right now).
+pub fn owner_gone(path: &Path) -> bool {
+    fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .is_some_and(|pid| !alive(pid))
+}
+
+/// The pid embedded in a harness name `dvl<pid>-...`.
+pub fn owner_of(name: &str) -> Option<u32> {
+    name.strip_prefix(PREFIX)?.split('-').next()?.parse().ok()
+}
+
+/// Where run directories live.
+pub fn runs_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("{PREFIX}-runs"))
+}
+
+/// Every harness-made network namespace on this machine.
+pub fn harness_namespaces() -> Vec<String> {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(PREFIX) && owner_of(n).is_some())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Kills every process inside namespace `ns` and deletes it.
+pub fn delete_namespace(ns: &str) {
+    if let Ok(out) = Command::new("ip").args(["netns", "pids", ns]).output() {
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            if let Ok(p) = pid.parse::<i32>() {
+                let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+            }
+        }
+    }
+    let _ = Command::new("ip").args(["netns", "del", ns]).output();
+}
+
+/// What one `gc` pass removed.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub namespaces: Vec<String>,
+    pub run_dirs: Vec<PathBuf>,
+    pub locks: Vec<PathBuf>,
+}
+
+/// Removes leftovers of runs whose owner process is gone (`all`: of every run).
+pub fn collect(all: bool) -> Collected {
+    let mut c = Collected::default();
+    let stale = |name: &str| all || owner_of(name).is_some_and(|p| !alive(p));
+    for ns in harness_namespaces() {
+        if stale(&ns) {
+            delete_namespace(&ns);
+            c.namespaces.push(ns);
+        }
+    }
+    if let Ok(rd) = fs::read_dir(runs_dir()) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if stale(&name) {
+                let _ = fs::remove_dir_all(e.path());
+                c.run_dirs.push(e.path());
+            }
+        }
+    }
+    if let Ok(rd) = fs::read_dir(crate::addr::loopback_lock_dir()) {
+        for e in rd.flatten() {
+            if all || owner_gone(&e.path()) {
+                let _ = fs::remove_file(e.path());
+                c.locks.push(e.path());
+            }
+        }
+    }
+    c
+}
