@@ -401,6 +401,42 @@ impl Cluster {
             .map_err(|e| format!("running {argv:?} on {host}: {e}"))
     }
 
+    /// Runs `argv` on `host`; kills it if it has not exited `within` (then the status is
+    /// `None`). Output is returned either way.
+    pub fn exec_within(
+        &self,
+        host: &str,
+        argv: &[String],
+        within: Duration,
+    ) -> Result<(Option<ExitStatus>, String, String), String> {
+        static EXECS: AtomicU32 = AtomicU32::new(0);
+        let n = EXECS.fetch_add(1, Ordering::Relaxed);
+        let out_path = self.dir.join(format!("exec-{n}.out"));
+        let err_path = self.dir.join(format!("exec-{n}.err"));
+        let file = |p: &Path| fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()));
+        let mut child = self
+            .command(host, argv)?
+            .stdin(Stdio::null())
+            .stdout(file(&out_path)?)
+            .stderr(file(&err_path)?)
+            .spawn()
+            .map_err(|e| format!("running {argv:?} on {host}: {e}"))?;
+        let status = wait_until(within, Duration::from_millis(5), || {
+            match child.try_wait() {
+                Ok(Some(st)) => Ok(st),
+                Ok(None) => Err("still running".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .ok();
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+        Ok((status, read(&out_path), read(&err_path)))
+    }
+
     /// The log of `host` so far.
     pub fn log(&self, host: &str) -> String {
         fs::read_to_string(self.log_path(host)).unwrap_or_default()

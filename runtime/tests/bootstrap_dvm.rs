@@ -1,0 +1,441 @@
+//! End to end: real `prted --bootstrap` daemons on harness hosts form a DVM, and `pctl`
+//! observes it. Each test is named after the behaviour it proves.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::*;
+use dvmlab_harness::{wait_until, BackendKind, IpMode, PrteConf};
+use dvmlab_runtime::contract::{MemberState, PingReport};
+
+/// One formation cell: `n` DVMNodes entries at `radix`, the controller listed or not.
+fn formation_cell(backend: BackendKind, ip: u8, n: usize, radix: u32, listed: bool) {
+    let label = format!(
+        "form-ip{ip}-n{n}-r{radix}-{}",
+        if listed { "listed" } else { "unlisted" }
+    );
+    // DVMNodes order deliberately differs from name order for some cells: ranks must follow
+    // the listed order, not sorting.
+    let mut order = node_names(if listed { n - 1 } else { n });
+    match radix {
+        3 => order.reverse(),
+        2 => {
+            let k = order.len() / 3;
+            order.rotate_left(k)
+        }
+        _ => {}
+    }
+    let mut listed_order = order.clone();
+    if listed {
+        listed_order.insert(order.len() / 2, "ctl".into());
+    }
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(order.iter().cloned());
+    let (nodes_value, node_file) = match radix {
+        // file: syntax, one host per line
+        2 => ("file:nodes.txt".to_string(), Some(listed_order.join("\n"))),
+        // plain comma list
+        3 => (listed_order.join(","), None),
+        // range syntax (order here is ascending), with ctl spliced in when listed
+        _ => {
+            let k = order.len();
+            let h = k / 2;
+            let v = if listed && k > 0 {
+                let mut parts = Vec::new();
+                if h > 0 {
+                    parts.push(format!("n[2:1-{h}]"));
+                }
+                parts.push("ctl".into());
+                parts.push(format!("n[2:{}-{k}]", h + 1));
+                parts.join(",")
+            } else if listed {
+                "ctl".into()
+            } else {
+                format!("n[2:1-{k}]")
+            };
+            (v, None)
+        }
+    };
+    let conf = PrteConf::new()
+        .set("ClusterName", &label)
+        .set("DVMNodes", &nodes_value)
+        .set("DVMControllerHost", "ctl")
+        .set("DVMRadix", radix)
+        .set("DVMIPVersion", ip)
+        .set("SomeFutureKey", "ignored by this daemon");
+    let mut dvm = Dvm::new(
+        &label,
+        backend,
+        if ip == 6 { IpMode::V6 } else { IpMode::V4 },
+        &hosts,
+        &conf,
+    );
+    if let Some(text) = node_file {
+        for h in &hosts {
+            fs::write(dvm.cluster.etc_dir(h).join("nodes.txt"), &text).unwrap();
+        }
+    }
+    dvm.cluster.start_all().unwrap();
+    let s = dvm.wait_formed(Duration::from_secs(20));
+
+    let expected_hosts = hosts.clone();
+    assert_eq!(s.namespace, format!("{label}-prte-dvm"), "{label}");
+    assert_eq!(
+        s.expected as usize,
+        expected_hosts.len(),
+        "{label}: daemon count"
+    );
+    assert_eq!(s.joined, s.expected, "{label}");
+    assert_eq!(s.controller_listed, listed, "{label}");
+    assert_eq!(s.radix, radix, "{label}");
+    for m in &s.members {
+        let r = m.rank as usize;
+        assert_eq!(m.host, expected_hosts[r], "{label}: host of rank {r}");
+        assert_eq!(
+            m.tree_parent,
+            formula_parent(m.rank, radix),
+            "{label}: tree parent of {r}"
+        );
+        assert_eq!(
+            m.parent, m.tree_parent,
+            "{label}: rank {r} joined through its tree parent"
+        );
+        assert_eq!(m.state, MemberState::Joined, "{label}: rank {r}");
+    }
+    let (ok, out, err) = dvm.pctl(&["ping", "--all", "--json"]);
+    assert!(ok, "{label}: ping --all: {out}{err}");
+    let pings: Vec<PingReport> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(pings.len(), expected_hosts.len());
+    for p in &pings {
+        assert!(p.ok, "{label}: {p:?}");
+        assert_eq!(p.path.first(), Some(&0));
+        assert_eq!(p.path.last(), Some(&0));
+        // out and back through every ancestor: 2 * depth + 1 hops
+        let mut depth = 0;
+        let mut r = p.rank;
+        while let Some(q) = formula_parent(r, radix) {
+            depth += 1;
+            r = q;
+        }
+        assert_eq!(
+            p.path.len(),
+            2 * depth + 1,
+            "{label}: path of rank {}: {:?}",
+            p.rank,
+            p.path
+        );
+    }
+    dvm.stop_cleanly(&hosts);
+}
+
+fn formation(test: &str, ip: u8, listed: bool) {
+    let needs = if ip == 6 {
+        Needs::Ipv6
+    } else {
+        Needs::AnyBackend
+    };
+    let Some(b) = backend(test, needs) else {
+        return;
+    };
+    for n in [1usize, 2, 8, 32] {
+        for radix in [2u32, 3, 64] {
+            formation_cell(b, ip, n, radix, listed);
+        }
+    }
+}
+
+#[test]
+fn ipv4_dvm_forms_with_ranks_from_dvmnodes_order_and_parents_from_the_tree_formula() {
+    formation("ipv4 unlisted", 4, false);
+}
+
+#[test]
+fn ipv4_dvm_with_controller_listed_in_dvmnodes_skips_its_entry_in_rank_numbering() {
+    formation("ipv4 listed", 4, true);
+}
+
+#[test]
+fn ipv6_dvm_forms_with_ranks_from_dvmnodes_order_and_parents_from_the_tree_formula() {
+    formation("ipv6 unlisted", 6, false);
+}
+
+#[test]
+fn ipv6_dvm_with_controller_listed_in_dvmnodes_skips_its_entry_in_rank_numbering() {
+    formation("ipv6 listed", 6, true);
+}
+
+#[test]
+fn every_host_derives_a_consistent_identity_and_exactly_one_elects_itself_controller() {
+    let Some(b) = backend("identity", Needs::AnyBackend) else {
+        return;
+    };
+    let nodes = node_names(6);
+    let mut hosts = vec!["head".to_string()];
+    hosts.extend(nodes.iter().cloned());
+    let conf = PrteConf::new()
+        .set("ClusterName", "ident")
+        .set("DVMNodes", "n[2:4-6],n[2:1-3]")
+        .set("DVMControllerHost", "head")
+        .set("DVMRadix", 2);
+    let dvm = Dvm::new("ident", b, IpMode::V4, &hosts, &conf);
+    let mut controllers = 0;
+    let expected_rank = |h: &str| -> u64 {
+        ["head", "n04", "n05", "n06", "n01", "n02", "n03"]
+            .iter()
+            .position(|x| *x == h)
+            .unwrap() as u64
+    };
+    for h in &hosts {
+        let argv = [PRTED, "--bootstrap", "--show-identity", "--json"].map(String::from);
+        let out = dvm.cluster.exec(h, &argv).unwrap();
+        assert!(
+            out.status.success(),
+            "{h}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["namespace"], "ident-prte-dvm");
+        assert_eq!(v["rank"], expected_rank(h), "{h}: {v}");
+        assert_eq!(v["daemons"], 7);
+        if v["role"] == "controller" {
+            controllers += 1;
+            assert_eq!(h, "head");
+        }
+        let own = dvm.cluster.host(h).unwrap().v4.unwrap();
+        assert_eq!(
+            v["uri"],
+            format!("ident-prte-dvm.{};tcp://{own}:7817:0", v["rank"])
+        );
+        if let Some(p) = v["parent"].as_u64() {
+            let parent_host = ["head", "n04", "n05", "n06", "n01", "n02", "n03"][p as usize];
+            let paddr = dvm.cluster.host(parent_host).unwrap().v4.unwrap();
+            assert_eq!(
+                v["parent_uri"],
+                format!("ident-prte-dvm.{p};tcp://{paddr}:7817:0"),
+                "{h}"
+            );
+        }
+    }
+    assert_eq!(controllers, 1);
+}
+
+#[test]
+fn all_daemons_booted_together_form_well_under_a_second() {
+    let Some(b) = backend("simultaneous boot", Needs::AnyBackend) else {
+        return;
+    };
+    let nodes = node_names(32);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(nodes.iter().cloned());
+    let conf = PrteConf::new()
+        .set("DVMNodes", "n[2:1-32]")
+        .set("DVMControllerHost", "ctl");
+    let mut dvm = Dvm::new("together", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    let last_start = unix_ms();
+    let s = dvm.wait_formed(Duration::from_secs(10));
+    let formed_at = s.formed_at_unix_ms.expect("formed_at set once formed");
+    let took = formed_at.saturating_sub(last_start);
+    // Loose on purpose (shared CI machine); `make bench` measures it properly.
+    assert!(
+        took < 3000,
+        "formed {took} ms after the last daemon started"
+    );
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn daemons_retry_with_backoff_and_form_when_the_controller_boots_five_seconds_late() {
+    let Some(b) = backend("late controller", Needs::AnyBackend) else {
+        return;
+    };
+    let nodes = node_names(8);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(nodes.iter().cloned());
+    let conf = PrteConf::new()
+        .set("DVMNodes", "n[2:1-8]")
+        .set("DVMControllerHost", "ctl")
+        .set("DVMRadix", 3);
+    let mut dvm = Dvm::with_spec("late-ctl", b, IpMode::V4, &hosts, &conf, |s| {
+        s.env.push(("DVMLAB_LOG".into(), "debug".into()))
+    });
+    dvm.cluster.start_many(&nodes).unwrap();
+    let started = Instant::now();
+    // The daemons whose parent is the controller (ranks 1-3) must be seen retrying, with
+    // growing delays, for at least five seconds before the controller appears.
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        for h in &nodes[..3] {
+            let log = dvm.cluster.log(h);
+            let tries = log.matches("connect to rank 0 failed").count();
+            if tries < 5 {
+                return Err(format!("{h} tried {tries} times"));
+            }
+        }
+        if started.elapsed() < Duration::from_secs(5) {
+            return Err("less than 5 s".into());
+        }
+        Ok(())
+    })
+    .unwrap();
+    let log = dvm.cluster.log(&nodes[0]);
+    assert!(
+        log.contains("retry in 20ms"),
+        "first retry is tens of ms:\n{log}"
+    );
+    assert!(
+        log.contains("retry in 1.28s") || log.contains("retry in 2.56s"),
+        "backoff grows:\n{log}"
+    );
+    dvm.cluster.start("ctl").unwrap();
+    let s = dvm.wait_formed(Duration::from_secs(15));
+    assert_eq!(s.joined, 9);
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn children_of_a_never_booted_parent_heal_upward_and_the_dvm_forms_when_it_boots_late() {
+    let Some(b) = backend("healing", Needs::AnyBackend) else {
+        return;
+    };
+    let nodes = node_names(14);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(nodes.iter().cloned());
+    let conf = PrteConf::new()
+        .set("DVMNodes", "n[2:1-14]")
+        .set("DVMControllerHost", "ctl")
+        .set("DVMRadix", 2)
+        .set("DVMConnectMaxTime", "1");
+    let mut dvm = Dvm::new("heal", b, IpMode::V4, &hosts, &conf);
+    // Rank 1 (n01) never boots. Its children 3 and 5 must climb to the controller; their
+    // own children (7, 11 under 3; 9, 13 under 5) stay under them.
+    let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
+    dvm.cluster.start_many(&booted).unwrap();
+    let s = dvm.wait_status(Duration::from_secs(20), "14 of 15 joined", |s| {
+        s.joined == 14
+    });
+    assert!(!s.formed, "formed must stay false while rank 1 is missing");
+    let m = |r: usize| &s.members[r];
+    assert_eq!(m(1).state, MemberState::Waiting);
+    assert_eq!((m(3).parent, m(3).tree_parent), (Some(0), Some(1)));
+    assert_eq!((m(5).parent, m(5).tree_parent), (Some(0), Some(1)));
+    for (child, parent) in [(7, 3), (11, 3), (9, 5), (13, 5)] {
+        assert_eq!(m(child).parent, Some(parent), "rank {child}");
+    }
+    for r in ["3", "7", "13"] {
+        let (ok, out, err) = dvm.pctl(&["ping", r, "--json"]);
+        assert!(ok, "ping {r}: {out}{err}");
+        let p: PingReport = serde_json::from_str(out.trim()).unwrap();
+        assert!(
+            !p.path.contains(&1),
+            "route to {r} avoids the missing rank 1: {p:?}"
+        );
+    }
+    let (ok, out, _) = dvm.pctl(&["ping", "1"]);
+    assert!(!ok, "ping of the missing rank must fail: {out}");
+    assert!(dvm.cluster.log("n03").contains("healing up to rank 0"));
+    dvm.cluster.start("n01").unwrap();
+    let s = dvm.wait_formed(Duration::from_secs(20));
+    assert_eq!(s.members[1].parent, Some(0));
+    let (ok, out, err) = dvm.pctl(&["ping", "--all"]);
+    assert!(ok, "{out}{err}");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_lost_daemon_is_reported_and_rejoins_when_restarted() {
+    let Some(b) = backend("rejoin", Needs::AnyBackend) else {
+        return;
+    };
+    let nodes = node_names(4);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(nodes.iter().cloned());
+    let conf = PrteConf::new()
+        .set("DVMNodes", "n[2:1-4]")
+        .set("DVMControllerHost", "ctl")
+        .set("DVMRadix", 2);
+    let mut dvm = Dvm::new("rejoin", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    dvm.cluster.kill("n03").unwrap();
+    let s = dvm.wait_status(Duration::from_secs(10), "rank 3 lost", |s| {
+        s.members[3].state == MemberState::Lost
+    });
+    assert!(!s.formed);
+    dvm.cluster.start("n03").unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_peer_sending_garbage_is_dropped_and_the_daemon_keeps_serving() {
+    let Some(b) = backend("garbage", Needs::AnyBackend) else {
+        return;
+    };
+    let hosts: Vec<String> = ["ctl", "n01", "n02"].map(String::from).to_vec();
+    let conf = PrteConf::new()
+        .set("DVMNodes", "n01,n02")
+        .set("DVMControllerHost", "ctl");
+    let mut dvm = Dvm::new("garbage", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    let target = dvm.cluster.host("n01").unwrap().v4.unwrap();
+    for payload in [
+        "GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n",
+        "\\000\\000\\000\\010{\\\"t\\\":1}xx",
+        "\\000\\000\\000\\002{}",
+    ] {
+        let script =
+            format!("exec 3<>/dev/tcp/{target}/7817; printf '{payload}' >&3; sleep 0.2; exec 3>&-");
+        let out = dvm
+            .cluster
+            .exec("n02", &["bash".into(), "-c".into(), script])
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        let n = dvm.cluster.log("n01").matches("dropped").count();
+        if n >= 3 {
+            Ok(())
+        } else {
+            Err(format!("{n} drops logged"))
+        }
+    })
+    .unwrap();
+    assert!(dvm.cluster.is_running("n01"));
+    let (ok, out, err) = dvm.pctl(&["ping", "--all"]);
+    assert!(ok, "{out}{err}");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_tool_of_another_dvm_namespace_is_refused() {
+    let Some(b) = backend("namespace", Needs::AnyBackend) else {
+        return;
+    };
+    let hosts: Vec<String> = ["ctl", "n01"].map(String::from).to_vec();
+    let conf = PrteConf::new()
+        .set("ClusterName", "mine")
+        .set("DVMNodes", "n01")
+        .set("DVMControllerHost", "ctl");
+    let mut dvm = Dvm::new("nsmismatch", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    let other = dvm.cluster.run_dir().join("other.conf");
+    fs::write(&other, conf.clone().set("ClusterName", "theirs").render()).unwrap();
+    let (ok, _, err) = dvm.pctl(&["--conf", other.to_str().unwrap(), "status"]);
+    assert!(!ok);
+    assert!(
+        err.contains("namespace theirs-prte-dvm is not this DVM's (mine-prte-dvm)"),
+        "{err}"
+    );
+    dvm.stop_cleanly(&hosts);
+}

@@ -1,0 +1,173 @@
+//! Shared by the end-to-end tests: a DVM of real `prted` processes on harness hosts, driven
+//! through `pctl` like an operator would.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant, SystemTime};
+
+use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
+use dvmlab_runtime::contract::StatusReport;
+
+pub const PRTED: &str = env!("CARGO_BIN_EXE_prted");
+pub const PCTL: &str = env!("CARGO_BIN_EXE_pctl");
+
+/// What a test needs from the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    AnyBackend,
+    /// IPv6 hosts (netns only).
+    Ipv6,
+    /// Network namespaces specifically (kernel knobs per host).
+    Netns,
+}
+
+/// The backend to run on, or `None` after saying loudly why this test skips.
+pub fn backend(test: &str, needs: Needs) -> Option<BackendKind> {
+    let b = match BackendKind::from_env() {
+        Ok(b) => b,
+        Err(e) => panic!("{e}"),
+    };
+    if b == BackendKind::Process && needs != Needs::AnyBackend {
+        eprintln!(
+            "\n!!!! SKIPPED {test}: needs network namespaces (run as root, or DVMLAB_BACKEND=netns); \
+             the process backend has no {} !!!!\n",
+            if needs == Needs::Ipv6 { "IPv6 hosts" } else { "per-host kernel" }
+        );
+        if std::env::var("CI").is_ok() {
+            panic!("{test} may not skip in CI");
+        }
+        return None;
+    }
+    Some(b)
+}
+
+/// `n01`, `n02`, …
+pub fn node_names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("n{i:02}")).collect()
+}
+
+/// The radix-tree parent by the formula in the specs README, written independently of the
+/// runtime's tree module so the two check each other.
+pub fn formula_parent(r: u32, radix: u32) -> Option<u32> {
+    if r == 0 {
+        return None;
+    }
+    let (r, radix) = (u64::from(r), u64::from(radix));
+    let (mut off, mut width) = (0u64, 1u64);
+    let mut prev = (0u64, 1u64);
+    while r >= off + width {
+        prev = (off, width);
+        off += width;
+        width *= radix;
+    }
+    Some((prev.0 + (r - off) % prev.1) as u32)
+}
+
+/// A DVM under test: a harness cluster whose hosts run `prted --bootstrap`.
+pub struct Dvm {
+    pub cluster: Cluster,
+    /// The host the controller runs on (also where `pctl` runs).
+    pub ctl: String,
+}
+
+impl Dvm {
+    /// Builds (does not start) a cluster of `hosts` sharing `conf`.
+    pub fn new(
+        label: &str,
+        backend: BackendKind,
+        ip: IpMode,
+        hosts: &[String],
+        conf: &PrteConf,
+    ) -> Dvm {
+        Dvm::with_spec(label, backend, ip, hosts, conf, |_| {})
+    }
+
+    pub fn with_spec(
+        label: &str,
+        backend: BackendKind,
+        ip: IpMode,
+        hosts: &[String],
+        conf: &PrteConf,
+        tweak: impl FnOnce(&mut ClusterSpec),
+    ) -> Dvm {
+        let mut spec = ClusterSpec::new(label, hosts, vec![PRTED.into(), "--bootstrap".into()]);
+        spec.backend = backend;
+        spec.ip = ip;
+        spec.conf = conf.render();
+        tweak(&mut spec);
+        let cluster = Cluster::new(spec).unwrap_or_else(|e| panic!("cluster {label}: {e}"));
+        Dvm {
+            cluster,
+            ctl: hosts[0].clone(),
+        }
+    }
+
+    /// Runs `pctl ARGS` on the controller's host; returns (success, stdout, stderr).
+    pub fn pctl(&self, args: &[&str]) -> (bool, String, String) {
+        let mut argv = vec![PCTL.to_string()];
+        argv.extend(args.iter().map(|s| s.to_string()));
+        let (st, out, err) = self
+            .cluster
+            .exec_within(&self.ctl, &argv, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("pctl: {e}"));
+        (st.is_some_and(|s| s.success()), out, err)
+    }
+
+    pub fn status(&self) -> Result<StatusReport, String> {
+        let (ok, out, err) = self.pctl(&["status", "--json", "--timeout", "2"]);
+        if !ok {
+            return Err(err);
+        }
+        serde_json::from_str(&out).map_err(|e| format!("status JSON {out:?}: {e}"))
+    }
+
+    /// Waits until `pctl status` says formed.
+    pub fn wait_formed(&self, within: Duration) -> StatusReport {
+        self.wait_status(within, "formed", |s| s.formed)
+    }
+
+    /// Waits until `pctl status` satisfies `pred`.
+    pub fn wait_status(
+        &self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&StatusReport) -> bool,
+    ) -> StatusReport {
+        wait_until(within, Duration::from_millis(25), || {
+            let s = self.status()?;
+            if pred(&s) {
+                Ok(s)
+            } else {
+                Err(format!(
+                    "not yet {what}: {}",
+                    serde_json::to_string(&s).unwrap_or_default()
+                ))
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `pctl stop`, then every started daemon must exit with status 0.
+    pub fn stop_cleanly(&mut self, hosts: &[String]) {
+        let (ok, out, err) = self.pctl(&["stop"]);
+        assert!(ok, "pctl stop failed: {out}{err}");
+        for h in hosts {
+            let st = self
+                .cluster
+                .wait_exit(h, Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("{h} did not exit after pctl stop: {e}"));
+            assert!(st.success(), "{h} exited with {st} after pctl stop");
+        }
+    }
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Milliseconds since `t`.
+pub fn ms_since(t: Instant) -> u128 {
+    t.elapsed().as_millis()
+}
