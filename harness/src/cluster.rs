@@ -200,6 +200,7 @@ impl Cluster {
         for h in &self.hosts {
             let etc = self.etc_dir(&h.name);
             fs::create_dir_all(&etc)?;
+            fs::create_dir_all(self.tmp_dir(&h.name))?;
             fs::write(etc.join("hosts"), self.hosts_text())?;
             fs::write(etc.join("prte.conf"), &self.spec.conf)?;
         }
@@ -210,6 +211,11 @@ impl Cluster {
     /// (process).
     pub fn etc_dir(&self, host: &str) -> PathBuf {
         self.dir.join("etc").join(host)
+    }
+
+    /// The host's temporary directory (its `TMPDIR`).
+    pub fn tmp_dir(&self, host: &str) -> PathBuf {
+        self.dir.join("tmp").join(host)
     }
 
     /// Where this host's `prte.conf` is, as the host sees it.
@@ -259,11 +265,13 @@ impl Cluster {
         let (prog, args) = argv.split_first().ok_or("empty command line")?;
         let mut cmd = Command::new(prog);
         cmd.args(args).env_clear();
-        for k in ["PATH", "HOME", "RUST_BACKTRACE", "DVMLAB_LOG", "TMPDIR"] {
+        for k in ["PATH", "HOME", "RUST_BACKTRACE", "DVMLAB_LOG"] {
             if let Ok(v) = std::env::var(k) {
                 cmd.env(k, v);
             }
         }
+        // Every host has a /tmp of its own, as real hosts do.
+        cmd.env("TMPDIR", self.tmp_dir(host));
         cmd.envs(self.spec.env.iter().map(|(k, v)| (k, v)));
         match self.world.as_ref() {
             Some(World::Netns(w)) => w

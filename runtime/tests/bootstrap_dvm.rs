@@ -391,15 +391,10 @@ fn a_peer_sending_garbage_is_dropped_and_the_daemon_keeps_serving() {
     ] {
         let script =
             format!("exec 3<>/dev/tcp/{target}/7817; printf '{payload}' >&3; sleep 0.2; exec 3>&-");
-        let out = dvm
-            .cluster
+        // bash may see a reset once the daemon drops it: only the daemon's reaction counts.
+        dvm.cluster
             .exec("n02", &["bash".into(), "-c".into(), script])
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
     }
     wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
         let n = dvm.cluster.log("n01").matches("dropped").count();
