@@ -131,34 +131,34 @@ impl Cluster {
         );
         let dir = gc::runs_dir().join(&run);
         fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let plan = |addrs: &dyn Fn(usize) -> (Option<IpAddr>, Option<IpAddr>)| -> Vec<HostInfo> {
+            spec.hosts
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let (v4, v6) = addrs(i);
+                    HostInfo {
+                        name: n.clone(),
+                        index: i,
+                        v4,
+                        v6,
+                    }
+                })
+                .collect()
+        };
         let (world, hosts) = match spec.backend {
             BackendKind::Process => {
                 let block = LoopbackBlock::reserve().map_err(|e| e.to_string())?;
-                let hosts = spec
-                    .hosts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| HostInfo {
-                        name: n.clone(),
-                        index: i,
-                        v4: Some(addr::loopback(block.block, i)),
-                        v6: None,
-                    })
-                    .collect::<Vec<_>>();
+                let hosts = plan(&|i| (Some(addr::loopback(block.block, i)), None));
                 (World::Process { _block: block }, hosts)
             }
             BackendKind::Netns => {
-                let hosts = spec
-                    .hosts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| HostInfo {
-                        name: n.clone(),
-                        index: i,
-                        v4: (spec.ip != IpMode::V6).then(|| IpAddr::V4(addr::netns_v4(i))),
-                        v6: (spec.ip != IpMode::V4).then(|| IpAddr::V6(addr::netns_v6(i))),
-                    })
-                    .collect::<Vec<_>>();
+                let hosts = plan(&|i| {
+                    (
+                        (spec.ip != IpMode::V6).then(|| IpAddr::V4(addr::netns_v4(i))),
+                        (spec.ip != IpMode::V4).then(|| IpAddr::V6(addr::netns_v6(i))),
+                    )
+                });
                 let no_v6: Vec<usize> = hosts
                     .iter()
                     .filter(|h| spec.no_ipv6.contains(&h.name))

@@ -284,11 +284,7 @@ fn ipv6_only_dvm_listens_and_connects_on_ipv6_alone() {
         return;
     };
     let hosts: Vec<String> = ["ctl", "n01", "n02", "n03"].map(String::from).to_vec();
-    let conf = PrteConf::new()
-        .set("DVMNodes", "n[2:1-3]")
-        .set("DVMControllerHost", "ctl")
-        .set("DVMIPVersion", 6)
-        .set("DVMRadix", 2);
+    let conf = conf_for(3).set("DVMIPVersion", 6).set("DVMRadix", 2);
     // Dual-stack hosts: the daemons must still use IPv6 only.
     let mut dvm = Dvm::new("v6only", b, IpMode::Dual, &hosts, &conf);
     dvm.cluster.start_all().unwrap();

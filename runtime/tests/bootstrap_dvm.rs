@@ -229,12 +229,8 @@ fn all_daemons_booted_together_form_well_under_a_second() {
     let Some(b) = backend("simultaneous boot", Needs::AnyBackend) else {
         return;
     };
-    let nodes = node_names(32);
-    let mut hosts = vec!["ctl".to_string()];
-    hosts.extend(nodes.iter().cloned());
-    let conf = PrteConf::new()
-        .set("DVMNodes", "n[2:1-32]")
-        .set("DVMControllerHost", "ctl");
+    let (_, hosts) = ctl_and_nodes(32);
+    let conf = conf_for(32);
     let mut dvm = Dvm::new("together", b, IpMode::V4, &hosts, &conf);
     dvm.cluster.start_all().unwrap();
     let last_start = unix_ms();
@@ -254,13 +250,8 @@ fn daemons_retry_with_backoff_and_form_when_the_controller_boots_five_seconds_la
     let Some(b) = backend("late controller", Needs::AnyBackend) else {
         return;
     };
-    let nodes = node_names(8);
-    let mut hosts = vec!["ctl".to_string()];
-    hosts.extend(nodes.iter().cloned());
-    let conf = PrteConf::new()
-        .set("DVMNodes", "n[2:1-8]")
-        .set("DVMControllerHost", "ctl")
-        .set("DVMRadix", 3);
+    let (nodes, hosts) = ctl_and_nodes(8);
+    let conf = conf_for(8).set("DVMRadix", 3);
     let mut dvm = Dvm::with_spec("late-ctl", b, IpMode::V4, &hosts, &conf, |s| {
         s.env.push(("DVMLAB_LOG".into(), "debug".into()))
     });
@@ -302,12 +293,8 @@ fn children_of_a_never_booted_parent_heal_upward_and_the_dvm_forms_when_it_boots
     let Some(b) = backend("healing", Needs::AnyBackend) else {
         return;
     };
-    let nodes = node_names(14);
-    let mut hosts = vec!["ctl".to_string()];
-    hosts.extend(nodes.iter().cloned());
-    let conf = PrteConf::new()
-        .set("DVMNodes", "n[2:1-14]")
-        .set("DVMControllerHost", "ctl")
+    let (_, hosts) = ctl_and_nodes(14);
+    let conf = conf_for(14)
         .set("DVMRadix", 2)
         .set("DVMConnectMaxTime", "1");
     let mut dvm = Dvm::new("heal", b, IpMode::V4, &hosts, &conf);
@@ -351,13 +338,8 @@ fn a_lost_daemon_is_reported_and_rejoins_when_restarted() {
     let Some(b) = backend("rejoin", Needs::AnyBackend) else {
         return;
     };
-    let nodes = node_names(4);
-    let mut hosts = vec!["ctl".to_string()];
-    hosts.extend(nodes.iter().cloned());
-    let conf = PrteConf::new()
-        .set("DVMNodes", "n[2:1-4]")
-        .set("DVMControllerHost", "ctl")
-        .set("DVMRadix", 2);
+    let (_, hosts) = ctl_and_nodes(4);
+    let conf = conf_for(4).set("DVMRadix", 2);
     let mut dvm = Dvm::new("rejoin", b, IpMode::V4, &hosts, &conf);
     dvm.cluster.start_all().unwrap();
     dvm.wait_formed(Duration::from_secs(10));

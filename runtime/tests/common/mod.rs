@@ -60,6 +60,21 @@ pub fn node_names(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("n{i:02}")).collect()
 }
 
+/// `n` nodes `n01…` and the host list `ctl, n01, …`.
+pub fn ctl_and_nodes(n: usize) -> (Vec<String>, Vec<String>) {
+    let nodes = node_names(n);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(nodes.iter().cloned());
+    (nodes, hosts)
+}
+
+/// A `prte.conf` with DVMNodes `n[2:1-n]` and DVMControllerHost `ctl`.
+pub fn conf_for(n: usize) -> PrteConf {
+    PrteConf::new()
+        .set("DVMNodes", format!("n[2:1-{n}]"))
+        .set("DVMControllerHost", "ctl")
+}
+
 /// The radix-tree parent by the formula in the specs README, written independently of the
 /// runtime's tree module so the two check each other.
 pub fn formula_parent(r: u32, radix: u32) -> Option<u32> {

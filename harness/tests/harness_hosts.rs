@@ -1,0 +1,194 @@
+//! The harness itself: hosts reach each other across chained bridges, faults take effect, and
+//! nothing is left behind — not even when the owning process is killed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use dvmlab_harness::{gc, netns_available, wait_until, BackendKind, Cluster, ClusterSpec, IpMode};
+
+fn netns_or_skip(test: &str) -> bool {
+    if netns_available() {
+        return true;
+    }
+    eprintln!("\n!!!! SKIPPED {test}: needs root for network namespaces !!!!\n");
+    assert!(std::env::var("CI").is_err(), "{test} may not skip in CI");
+    false
+}
+
+fn sleeper(label: &str, backend: BackendKind, n: usize) -> ClusterSpec {
+    let hosts: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+    let mut spec = ClusterSpec::new(label, &hosts, vec!["sleep".into(), "1000".into()]);
+    spec.backend = backend;
+    spec
+}
+
+/// `connect` from `from` to `ip`:`port` where nothing listens: "refused" proves the packet got
+/// there and back.
+fn reaches(c: &Cluster, from: &str, ip: &str) -> Result<(), String> {
+    let script = format!("exec 3<>/dev/tcp/{ip}/9; echo connected");
+    let (_, _, err) = c
+        .exec_within(
+            from,
+            &["bash".into(), "-c".into(), script],
+            Duration::from_secs(2),
+        )
+        .map_err(|e| e.to_string())?;
+    if err.contains("refused") {
+        Ok(())
+    } else {
+        Err(format!("{from} -> {ip}: {err}"))
+    }
+}
+
+#[test]
+fn hosts_beyond_one_bridge_reach_each_other_over_chained_bridges() {
+    if !netns_or_skip("chained bridges") {
+        return;
+    }
+    let mut spec = sleeper("bridges", BackendKind::Netns, 1003);
+    spec.ip = IpMode::Dual;
+    let c = Cluster::new(spec).unwrap();
+    let first = c.host("h0").unwrap().clone();
+    let last = c.host("h1002").unwrap().clone();
+    reaches(&c, "h1002", &first.v4.unwrap().to_string()).unwrap();
+    reaches(&c, "h0", &last.v4.unwrap().to_string()).unwrap();
+    reaches(&c, "h1002", &first.v6.unwrap().to_string()).unwrap();
+    let out = c.exec("h1002", &["hostname".into()]).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "h1002");
+}
+
+#[test]
+fn a_cut_host_is_unreachable_until_reconnected() {
+    if !netns_or_skip("cut link") {
+        return;
+    }
+    let mut c = Cluster::new(sleeper("cut", BackendKind::Netns, 2)).unwrap();
+    let ip = c.host("h1").unwrap().v4.unwrap().to_string();
+    reaches(&c, "h0", &ip).unwrap();
+    c.set_connected("h1", false).unwrap();
+    assert!(reaches(&c, "h0", &ip).is_err());
+    c.set_connected("h1", true).unwrap();
+    wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+        reaches(&c, "h0", &ip)
+    })
+    .unwrap();
+}
+
+fn proc_state(pid: u32) -> char {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit(')').next().and_then(|r| r.trim().chars().next()))
+        .unwrap_or('?')
+}
+
+#[test]
+fn freeze_thaw_and_kill_take_effect() {
+    let backend = BackendKind::from_env().unwrap();
+    let mut c = Cluster::new(sleeper("faults", backend, 2)).unwrap();
+    c.start_all().unwrap();
+    let pid = c.pid("h0").unwrap();
+    c.freeze("h0").unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || match proc_state(pid) {
+            'T' => Ok(()),
+            s => Err(format!("state {s}")),
+        },
+    )
+    .unwrap();
+    c.thaw("h0").unwrap();
+    wait_until(
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        || match proc_state(pid) {
+            'S' | 'R' => Ok(()),
+            s => Err(format!("state {s}")),
+        },
+    )
+    .unwrap();
+    c.kill("h1").unwrap();
+    assert!(!c.is_running("h1"));
+    assert!(c.is_running("h0"));
+}
+
+/// Run as a child process by the test below: builds a cluster, starts it, prints its run
+/// name, and waits to be killed.
+#[test]
+fn helper_owner_that_gets_killed() {
+    let Ok(backend) = std::env::var("DVMLAB_GC_CHILD") else {
+        return;
+    };
+    let backend = if backend == "netns" {
+        BackendKind::Netns
+    } else {
+        BackendKind::Process
+    };
+    let mut c = Cluster::new(sleeper("crashed", backend, 3)).unwrap();
+    c.start_all().unwrap();
+    println!("RUN {} {}", c.run_name(), c.run_dir().display());
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
+    let backend = BackendKind::from_env().unwrap();
+    let name = if backend == BackendKind::Netns {
+        "netns"
+    } else {
+        "process"
+    };
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "helper_owner_that_gets_killed",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DVMLAB_GC_CHILD", name)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (run, dir) = loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "helper ended without a run"
+        );
+        // libtest prints "test NAME ... " before the helper's own output on the same line
+        if let Some(rest) = line.trim().split("RUN ").nth(1) {
+            let (r, d) = rest.split_once(' ').unwrap();
+            break (r.to_string(), std::path::PathBuf::from(d));
+        }
+    };
+    let owner_pid = child.id();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The daemons die with their owner (parent-death signal).
+    wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        let alive = Command::new("pgrep")
+            .args(["-P", &owner_pid.to_string()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if alive.stdout.is_empty() {
+            Ok(())
+        } else {
+            Err("children alive".into())
+        }
+    })
+    .unwrap();
+    assert!(dir.exists(), "the killed owner could not clean up");
+    gc::collect(false);
+    assert!(!dir.exists(), "gc removes the run directory");
+    assert!(
+        gc::harness_namespaces()
+            .iter()
+            .all(|n| !n.starts_with(&run)),
+        "gc removes the namespaces of {run}"
+    );
+}
