@@ -15,6 +15,18 @@ pub fn netns_v4(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 200, (n / 250) as u8, (n % 250 + 1) as u8)
 }
 
+/// Host `i`'s IPv4 address on the second network of a dual-homed netns cluster
+/// (10.201.0.0/16, on `eth1`).
+pub fn netns_second_v4(i: usize) -> Ipv4Addr {
+    let [a, b, c, d] = netns_v4(i).octets();
+    Ipv4Addr::new(a, b + 1, c, d)
+}
+
+/// Host `i`'s IPv6 address on the second network (fd00:201::/64, on `eth1`).
+pub fn netns_second_v6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x201, 0, 0, 0, 0, 0, (i + 2) as u16)
+}
+
 pub const NETNS_V4_PREFIX: u8 = 16;
 
 /// Host `i`'s IPv6 address in a netns cluster.

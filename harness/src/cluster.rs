@@ -68,6 +68,9 @@ pub struct ClusterSpec {
     pub extra_hosts_lines: Vec<String>,
     /// netns backend: hosts whose kernel IPv6 is switched off.
     pub no_ipv6: Vec<String>,
+    /// netns backend: every host also sits on a second network (`eth1`, 10.201.0.0/16 and/or
+    /// fd00:201::/64), and its name resolves to both of its addresses.
+    pub dual_homed: bool,
 }
 
 impl ClusterSpec {
@@ -86,6 +89,7 @@ impl ClusterSpec {
                 .collect(),
             extra_hosts_lines: Vec::new(),
             no_ipv6: Vec::new(),
+            dual_homed: false,
         }
     }
 }
@@ -97,6 +101,8 @@ pub struct HostInfo {
     pub index: usize,
     pub v4: Option<IpAddr>,
     pub v6: Option<IpAddr>,
+    /// Addresses on the second network (`eth1`) of a dual-homed cluster.
+    pub second: Vec<IpAddr>,
 }
 
 enum World {
@@ -137,17 +143,32 @@ impl Cluster {
                 .enumerate()
                 .map(|(i, n)| {
                     let (v4, v6) = addrs(i);
+                    let second = if spec.dual_homed {
+                        [
+                            v4.map(|_| IpAddr::V4(addr::netns_second_v4(i))),
+                            v6.map(|_| IpAddr::V6(addr::netns_second_v6(i))),
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .collect()
+                    } else {
+                        Vec::new()
+                    };
                     HostInfo {
                         name: n.clone(),
                         index: i,
                         v4,
                         v6,
+                        second,
                     }
                 })
                 .collect()
         };
         let (world, hosts) = match spec.backend {
             BackendKind::Process => {
+                if spec.dual_homed {
+                    return Err("dual-homed hosts need the netns backend".into());
+                }
                 let block = LoopbackBlock::reserve().map_err(|e| e.to_string())?;
                 let hosts = plan(&|i| (Some(addr::loopback(block.block, i)), None));
                 (World::Process { _block: block }, hosts)
@@ -164,7 +185,7 @@ impl Cluster {
                     .filter(|h| spec.no_ipv6.contains(&h.name))
                     .map(|h| h.index)
                     .collect();
-                let w = NetnsWorld::create(&run, &hosts, spec.ip, &no_v6)
+                let w = NetnsWorld::create(&run, &hosts, &no_v6)
                     .map_err(|e| format!("netns setup: {e}"))?;
                 (World::Netns(w), hosts)
             }
@@ -185,7 +206,11 @@ impl Cluster {
     fn hosts_text(&self) -> String {
         let mut s = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
         for h in &self.hosts {
-            for a in [h.v4, h.v6].into_iter().flatten() {
+            for a in [h.v4, h.v6]
+                .into_iter()
+                .flatten()
+                .chain(h.second.iter().copied())
+            {
                 let _ = writeln!(s, "{a} {}", h.name);
             }
         }

@@ -5,6 +5,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Write};
+use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -13,7 +14,7 @@ use nix::mount::{mount, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 
 use crate::addr;
-use crate::cluster::{HostInfo, IpMode};
+use crate::cluster::HostInfo;
 
 /// A bridge holds at most 1023 ports; keep a margin for the uplinks between bridges.
 pub const PORTS_PER_BRIDGE: usize = 1000;
@@ -78,18 +79,13 @@ fn sysctl_in(ns: &str, key: &str, value: &str) -> io::Result<()> {
 impl NetnsWorld {
     /// Creates the switch namespace, one namespace per host, the bridges and veth links, and
     /// assigns each host its addresses. On error, everything created so far is removed.
-    pub fn create(
-        run: &str,
-        hosts: &[HostInfo],
-        ip: IpMode,
-        no_ipv6: &[usize],
-    ) -> io::Result<NetnsWorld> {
+    pub fn create(run: &str, hosts: &[HostInfo], no_ipv6: &[usize]) -> io::Result<NetnsWorld> {
         let mut w = NetnsWorld {
             switch: format!("{run}-sw"),
             hosts: (0..hosts.len()).map(|i| format!("{run}-h{i}")).collect(),
             created: Vec::new(),
         };
-        match w.build(hosts, ip, no_ipv6) {
+        match w.build(hosts, no_ipv6) {
             Ok(()) => Ok(w),
             Err(e) => {
                 w.destroy();
@@ -98,7 +94,7 @@ impl NetnsWorld {
         }
     }
 
-    fn build(&mut self, hosts: &[HostInfo], ip: IpMode, no_ipv6: &[usize]) -> io::Result<()> {
+    fn build(&mut self, hosts: &[HostInfo], no_ipv6: &[usize]) -> io::Result<()> {
         let mut all = vec![self.switch.clone()];
         all.extend(self.hosts.iter().cloned());
         ip_batch(
@@ -109,39 +105,36 @@ impl NetnsWorld {
         )?;
         self.created = all;
 
-        let bridges = hosts.len().div_ceil(PORTS_PER_BRIDGE).max(1);
-        let mut sw = Vec::new();
-        for b in 0..bridges {
-            sw.push(format!("link add br{b} type bridge"));
-            sw.push(format!("link set br{b} up"));
-            if b > 0 {
-                sw.push(format!("link add up{b} type veth peer name dn{b}"));
-                sw.push(format!("link set up{b} master br{b} up"));
-                sw.push(format!("link set dn{b} master br0 up"));
-            }
-        }
-        for (i, ns) in self.hosts.iter().enumerate() {
-            sw.push(format!("link add h{i} type veth peer name eth0 netns {ns}"));
-            sw.push(format!(
-                "link set h{i} master br{} up",
-                i / PORTS_PER_BRIDGE
-            ));
+        let dual = hosts.iter().any(|h| !h.second.is_empty());
+        let mut sw = self.network_lines("br", "h", "eth0");
+        if dual {
+            sw.extend(self.network_lines("sb", "g", "eth1"));
         }
         ip_batch(Some(&self.switch), &sw)?;
 
         let mut children = Vec::new();
         for (i, (ns, h)) in self.hosts.iter().zip(hosts).enumerate() {
             let mut lines = vec!["link set lo up".to_string()];
-            if let (Some(a), true) = (h.v4, ip != IpMode::V6) {
-                lines.push(format!("addr add {a}/{} dev eth0", addr::NETNS_V4_PREFIX));
+            let mut add = |a: IpAddr, dev: &str| {
+                if a.is_ipv4() {
+                    lines.push(format!("addr add {a}/{} dev {dev}", addr::NETNS_V4_PREFIX));
+                } else if !no_ipv6.contains(&i) {
+                    lines.push(format!(
+                        "addr add {a}/{} dev {dev} nodad",
+                        addr::NETNS_V6_PREFIX
+                    ));
+                }
+            };
+            for a in [h.v4, h.v6].into_iter().flatten() {
+                add(a, "eth0");
             }
-            if let (Some(a), true) = (h.v6, ip != IpMode::V4 && !no_ipv6.contains(&i)) {
-                lines.push(format!(
-                    "addr add {a}/{} dev eth0 nodad",
-                    addr::NETNS_V6_PREFIX
-                ));
+            for a in &h.second {
+                add(*a, "eth1");
             }
             lines.push("link set eth0 up".to_string());
+            if dual {
+                lines.push("link set eth1 up".to_string());
+            }
             let ns = ns.clone();
             children.push(std::thread::spawn(move || ip_batch(Some(&ns), &lines)));
         }
@@ -153,6 +146,32 @@ impl NetnsWorld {
             sysctl_in(&self.hosts[i], "net.ipv6.conf.all.disable_ipv6", "1")?;
         }
         Ok(())
+    }
+
+    /// Batch lines (switch namespace) for one network: bridges `<br>0…` chained to `<br>0`,
+    /// and a veth per host whose host end is `iface`.
+    fn network_lines(&self, br: &str, port: &str, iface: &str) -> Vec<String> {
+        let bridges = self.hosts.len().div_ceil(PORTS_PER_BRIDGE).max(1);
+        let mut sw = Vec::new();
+        for b in 0..bridges {
+            sw.push(format!("link add {br}{b} type bridge"));
+            sw.push(format!("link set {br}{b} up"));
+            if b > 0 {
+                sw.push(format!("link add {br}up{b} type veth peer name {br}dn{b}"));
+                sw.push(format!("link set {br}up{b} master {br}{b} up"));
+                sw.push(format!("link set {br}dn{b} master {br}0 up"));
+            }
+        }
+        for (i, ns) in self.hosts.iter().enumerate() {
+            sw.push(format!(
+                "link add {port}{i} type veth peer name {iface} netns {ns}"
+            ));
+            sw.push(format!(
+                "link set {port}{i} master {br}{} up",
+                i / PORTS_PER_BRIDGE
+            ));
+        }
+        sw
     }
 
     /// The namespace name of host `i`.

@@ -416,3 +416,112 @@ fn a_tool_of_another_dvm_namespace_is_refused() {
     );
     dvm.stop_cleanly(&hosts);
 }
+
+/// The DVM's TCP sockets on `host` (listening and established), from `ss`.
+fn dvm_sockets(dvm: &Dvm, host: &str) -> String {
+    let out = dvm
+        .cluster
+        .exec(
+            host,
+            &[
+                "ss".into(),
+                "-Htan".into(),
+                "sport = :7817 or dport = :7817".into(),
+            ],
+        )
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ss on {host}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn dvmnetworks_pins_the_dvm_to_one_network_of_dual_homed_hosts() {
+    let Some(b) = backend("dual-homed", Needs::Netns) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(4);
+    for (ip, family, on, off, mask) in [
+        (IpMode::V4, 4, "10.201.", "10.200.", 16),
+        (IpMode::V6, 6, "fd00:201::", "fd00:200::", 64),
+    ] {
+        let base = conf_for(4).set("DVMRadix", 2).set("DVMIPVersion", family);
+        let mut dvm = Dvm::with_spec(&format!("dual{family}"), b, ip, &hosts, &base, |s| {
+            s.dual_homed = true
+        });
+        // Every name resolves to two addresses: without DVMNetworks that is refused.
+        let argv = [PRTED, "--bootstrap"].map(String::from);
+        let (st, _, err) = dvm
+            .cluster
+            .exec_within("n01", &argv, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(st.and_then(|s| s.code()), Some(1), "{err}");
+        assert!(
+            err.contains("[ambiguous-address]") && err.contains(on) && err.contains(off),
+            "{err}"
+        );
+
+        let second_net = if family == 4 {
+            "10.201.0.0/16"
+        } else {
+            "fd00:201::/64"
+        };
+        for networks in [second_net, "eth1"] {
+            dvm.cluster
+                .set_conf(&base.clone().set("DVMNetworks", networks).render())
+                .unwrap();
+            dvm.cluster.start_all().unwrap();
+            let s = dvm.wait_formed(Duration::from_secs(10));
+            assert!(
+                s.controller_uri.contains(on),
+                "{networks}: {}",
+                s.controller_uri
+            );
+            assert!(
+                s.controller_uri.ends_with(&format!(":{mask}")),
+                "{networks}: mask from the CIDR: {}",
+                s.controller_uri
+            );
+            for h in &hosts {
+                let socks = dvm_sockets(&dvm, h);
+                assert!(
+                    socks.contains(on),
+                    "{networks}: {h} uses the DVMNetworks network:\n{socks}"
+                );
+                assert!(
+                    !socks.contains(off),
+                    "{networks}: {h} must not touch the other network:\n{socks}"
+                );
+            }
+            dvm.stop_cleanly(&hosts);
+        }
+        // DVMNetmask overrides the mask the CIDR would give.
+        let first_net = if family == 4 {
+            "10.200.0.0/16"
+        } else {
+            "fd00:200::/64"
+        };
+        let netmask = if family == 4 { "255.255.255.0" } else { "112" };
+        dvm.cluster
+            .set_conf(
+                &base
+                    .clone()
+                    .set("DVMNetworks", first_net)
+                    .set("DVMNetmask", netmask)
+                    .render(),
+            )
+            .unwrap();
+        dvm.cluster.start_all().unwrap();
+        let s = dvm.wait_formed(Duration::from_secs(10));
+        let want = if family == 4 { ":24" } else { ":112" };
+        assert!(
+            s.controller_uri.contains(off) && s.controller_uri.ends_with(want),
+            "{}",
+            s.controller_uri
+        );
+        dvm.stop_cleanly(&hosts);
+    }
+}
