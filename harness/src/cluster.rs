@@ -68,6 +68,9 @@ pub struct ClusterSpec {
     pub extra_hosts_lines: Vec<String>,
     /// netns backend: hosts whose kernel IPv6 is switched off.
     pub no_ipv6: Vec<String>,
+    /// When set, hosts files name every host `name.<domain>` first, with the short name as an
+    /// alias (`10.200.0.4 n01.lab.example n01`).
+    pub domain: Option<String>,
     /// netns backend: every host also sits on a second network (`eth1`, 10.201.0.0/16 and/or
     /// fd00:201::/64), and its name resolves to both of its addresses.
     pub dual_homed: bool,
@@ -90,6 +93,7 @@ impl ClusterSpec {
             extra_hosts_lines: Vec::new(),
             no_ipv6: Vec::new(),
             dual_homed: false,
+            domain: None,
         }
     }
 }
@@ -206,12 +210,16 @@ impl Cluster {
     fn hosts_text(&self) -> String {
         let mut s = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
         for h in &self.hosts {
+            let names = match &self.spec.domain {
+                Some(d) => format!("{}.{d} {}", h.name, h.name),
+                None => h.name.clone(),
+            };
             for a in [h.v4, h.v6]
                 .into_iter()
                 .flatten()
                 .chain(h.second.iter().copied())
             {
-                let _ = writeln!(s, "{a} {}", h.name);
+                let _ = writeln!(s, "{a} {names}");
             }
         }
         for l in &self.spec.extra_hosts_lines {

@@ -288,49 +288,74 @@ fn daemons_retry_with_backoff_and_form_when_the_controller_boots_five_seconds_la
     dvm.stop_cleanly(&hosts);
 }
 
-#[test]
-fn children_of_a_never_booted_parent_heal_upward_and_the_dvm_forms_when_it_boots_late() {
+/// Rank 1 never boots until the end: its children must climb to the controller while their
+/// own children stay under them, routes must work around the hole, `formed` must stay false,
+/// and the late rank 1 must complete the DVM.
+fn heal_past_missing_rank_1(radix: u32, n: usize) {
     let Some(b) = backend("healing", Needs::AnyBackend) else {
         return;
     };
-    let (_, hosts) = ctl_and_nodes(14);
-    let conf = conf_for(14)
-        .set("DVMRadix", 2)
+    let (_, hosts) = ctl_and_nodes(n);
+    let conf = conf_for(n)
+        .set("DVMRadix", radix)
         .set("DVMConnectMaxTime", "1");
-    let mut dvm = Dvm::new("heal", b, IpMode::V4, &hosts, &conf);
-    // Rank 1 (n01) never boots. Its children 3 and 5 must climb to the controller; their
-    // own children (7, 11 under 3; 9, 13 under 5) stay under them.
+    let mut dvm = Dvm::new(&format!("heal-r{radix}"), b, IpMode::V4, &hosts, &conf);
     let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
     dvm.cluster.start_many(&booted).unwrap();
-    let s = dvm.wait_status(Duration::from_secs(20), "14 of 15 joined", |s| {
-        s.joined == 14
+    let s = dvm.wait_status(Duration::from_secs(20), "all but rank 1 joined", |s| {
+        s.joined as usize == n
     });
     assert!(!s.formed, "formed must stay false while rank 1 is missing");
-    let m = |r: usize| &s.members[r];
-    assert_eq!(m(1).state, MemberState::Waiting);
-    assert_eq!((m(3).parent, m(3).tree_parent), (Some(0), Some(1)));
-    assert_eq!((m(5).parent, m(5).tree_parent), (Some(0), Some(1)));
-    for (child, parent) in [(7, 3), (11, 3), (9, 5), (13, 5)] {
-        assert_eq!(m(child).parent, Some(parent), "rank {child}");
-    }
-    for r in ["3", "7", "13"] {
-        let (ok, out, err) = dvm.pctl(&["ping", r, "--json"]);
-        assert!(ok, "ping {r}: {out}{err}");
-        let p: PingReport = serde_json::from_str(out.trim()).unwrap();
-        assert!(
-            !p.path.contains(&1),
-            "route to {r} avoids the missing rank 1: {p:?}"
+    assert_eq!(s.members[1].state, MemberState::Waiting);
+    let orphans: Vec<u32> = (2..=n as u32)
+        .filter(|&r| formula_parent(r, radix) == Some(1))
+        .collect();
+    assert!(
+        orphans.len() >= 2,
+        "the test needs rank 1 to be an interior parent"
+    );
+    for m in &s.members[2..] {
+        let want = if orphans.contains(&m.rank) {
+            Some(0)
+        } else {
+            formula_parent(m.rank, radix)
+        };
+        assert_eq!(
+            m.parent, want,
+            "rank {} (tree parent {:?})",
+            m.rank, m.tree_parent
         );
+        assert_eq!(m.state, MemberState::Joined);
     }
-    let (ok, out, _) = dvm.pctl(&["ping", "1"]);
-    assert!(!ok, "ping of the missing rank must fail: {out}");
-    assert!(dvm.cluster.log("n03").contains("healing up to rank 0"));
+    // Every joined rank answers, by a route that avoids the hole.
+    let (ok, out, err) = dvm.pctl(&["ping", "--all", "--json"]);
+    assert!(!ok, "ping --all must report the missing rank: {out}{err}");
+    for line in out.lines() {
+        let p: PingReport = serde_json::from_str(line).unwrap();
+        if p.rank == 1 {
+            assert!(!p.ok);
+        } else {
+            assert!(p.ok && !p.path.contains(&1), "{p:?}");
+        }
+    }
+    let healed = format!("n{:02}", orphans[0]);
+    assert!(dvm.cluster.log(&healed).contains("healing up to rank 0"));
     dvm.cluster.start("n01").unwrap();
     let s = dvm.wait_formed(Duration::from_secs(20));
     assert_eq!(s.members[1].parent, Some(0));
     let (ok, out, err) = dvm.pctl(&["ping", "--all"]);
     assert!(ok, "{out}{err}");
     dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn radix_2_children_of_a_never_booted_parent_heal_upward_and_the_dvm_forms_when_it_boots_late() {
+    heal_past_missing_rank_1(2, 14);
+}
+
+#[test]
+fn radix_3_children_of_a_never_booted_parent_heal_upward_and_the_dvm_forms_when_it_boots_late() {
+    heal_past_missing_rank_1(3, 14);
 }
 
 #[test]
@@ -524,4 +549,52 @@ fn dvmnetworks_pins_the_dvm_to_one_network_of_dual_homed_hosts() {
         );
         dvm.stop_cleanly(&hosts);
     }
+}
+
+#[test]
+fn keep_fqdn_hostnames_decides_whether_names_match_short_or_fully_qualified() {
+    let Some(b) = backend("KeepFQDNHostnames", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(3);
+    let fq = |d: &str| {
+        PrteConf::new()
+            .set("DVMNodes", format!("n01.{d},n02.{d},n03.{d}"))
+            .set("DVMControllerHost", format!("ctl.{d}"))
+    };
+    let mut dvm = Dvm::with_spec("fqdn", b, IpMode::V4, &hosts, &fq("lab.example"), |s| {
+        s.domain = Some("lab.example".into())
+    });
+    // Short-name matching (the default) and fully qualified matching through the hosts-file
+    // alias both place every host.
+    for keep in ["false", "true"] {
+        dvm.cluster
+            .set_conf(&fq("lab.example").set("KeepFQDNHostnames", keep).render())
+            .unwrap();
+        dvm.cluster.start_all().unwrap();
+        let s = dvm.wait_formed(Duration::from_secs(10));
+        assert_eq!(
+            s.members[2].host, "n02.lab.example",
+            "KeepFQDNHostnames={keep}"
+        );
+        dvm.stop_cleanly(&hosts);
+    }
+    // Fully qualified names of another domain: refused as a non-member, not guessed.
+    dvm.cluster
+        .set_conf(
+            &fq("other.example")
+                .set("KeepFQDNHostnames", "true")
+                .render(),
+        )
+        .unwrap();
+    let argv = [PRTED, "--bootstrap"].map(String::from);
+    let (st, _, err) = dvm
+        .cluster
+        .exec_within("n01", &argv, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(st.and_then(|s| s.code()), Some(1), "{err}");
+    assert!(
+        err.contains("[not-a-member]") && err.contains("n01.lab.example"),
+        "{err}"
+    );
 }
