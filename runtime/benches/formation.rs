@@ -8,7 +8,11 @@
 //! which copies the machine's mount table into the daemon's process). Results are printed as a table and
 //! written to `target/bench/formation.json`.
 
+mod support;
+
 use std::time::{Duration, SystemTime};
+
+use support::svg::{chart, Panel};
 
 use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
 use serde_json::json;
@@ -161,6 +165,7 @@ fn main() {
         "ctl MiB"
     );
     let mut rows = Vec::new();
+    let mut samples_by_size = Vec::new();
     let mut misses = Vec::new();
     for &n in &sizes {
         let mut samples = Vec::new();
@@ -211,6 +216,14 @@ fn main() {
                 s.rss_mib_max
             ));
         }
+        samples_by_size.push((
+            n as f64,
+            s.formed_ms as f64,
+            s.cpu_ms_mean,
+            s.cpu_ms_max,
+            s.rss_mib_mean,
+            s.rss_mib_max,
+        ));
         rows.push(json!({
             "nodes": n, "formed_ms": s.formed_ms, "start_spread_ms": s.start_spread_ms,
             "cpu_ms_mean": s.cpu_ms_mean, "cpu_ms_max": s.cpu_ms_max,
@@ -229,6 +242,38 @@ fn main() {
     let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/formation.json");
     if let Some(dir) = out.parent() {
         let _ = std::fs::create_dir_all(dir);
+    }
+    let col = |f: fn(&(f64, f64, f64, f64, f64, f64)) -> f64| {
+        samples_by_size.iter().map(f).collect::<Vec<f64>>()
+    };
+    let svg = chart(
+        &format!("DVM formation, daemons booted together ({backend:?} backend, radix {radix})"),
+        &col(|r| r.0),
+        &[
+            Panel {
+                title: "formed after last start",
+                unit: "ms",
+                series: vec![("median", col(|r| r.1))],
+                target: None,
+            },
+            Panel {
+                title: "CPU per daemon",
+                unit: "ms",
+                series: vec![("mean", col(|r| r.2)), ("max", col(|r| r.3))],
+                target: Some(5.0),
+            },
+            Panel {
+                title: "peak RSS per daemon",
+                unit: "MiB",
+                series: vec![("mean", col(|r| r.4)), ("max", col(|r| r.5))],
+                target: Some(8.0),
+            },
+        ],
+    );
+    let svg_path = out.with_extension("svg");
+    match std::fs::write(&svg_path, svg) {
+        Ok(()) => println!("written: {}", svg_path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", svg_path.display()),
     }
     let doc =
         json!({"backend": format!("{backend:?}"), "radix": radix, "reps": reps, "rows": rows});
