@@ -216,20 +216,13 @@ fn main() {
                 s.rss_mib_max
             ));
         }
-        samples_by_size.push((
-            n as f64,
-            s.formed_ms as f64,
-            s.cpu_ms_mean,
-            s.cpu_ms_max,
-            s.rss_mib_mean,
-            s.rss_mib_max,
-        ));
         rows.push(json!({
             "nodes": n, "formed_ms": s.formed_ms, "start_spread_ms": s.start_spread_ms,
             "cpu_ms_mean": s.cpu_ms_mean, "cpu_ms_max": s.cpu_ms_max,
             "rss_mib_mean": s.rss_mib_mean, "rss_mib_max": s.rss_mib_max,
             "controller_cpu_ms": s.ctl_cpu_ms, "controller_rss_mib": s.ctl_rss_mib,
         }));
+        samples_by_size.push((n as f64, s));
     }
     println!("targets: 32 nodes <= 300 ms, 512 <= 3000 ms, <= 5 ms CPU and <= 8 MiB RSS per non-controller daemon");
     if misses.is_empty() {
@@ -243,29 +236,39 @@ fn main() {
     if let Some(dir) = out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let col = |f: fn(&(f64, f64, f64, f64, f64, f64)) -> f64| {
-        samples_by_size.iter().map(f).collect::<Vec<f64>>()
+    let sizes: Vec<f64> = samples_by_size.iter().map(|(n, _)| *n).collect();
+    let col = |f: fn(&Sample) -> f64| {
+        samples_by_size
+            .iter()
+            .map(|(_, s)| f(s))
+            .collect::<Vec<f64>>()
     };
     let svg = chart(
         &format!("DVM formation, daemons booted together ({backend:?} backend, radix {radix})"),
-        &col(|r| r.0),
+        &sizes,
         &[
             Panel {
                 title: "formed after last start",
                 unit: "ms",
-                series: vec![("median", col(|r| r.1))],
+                series: vec![("median", col(|s| s.formed_ms as f64))],
                 target: None,
             },
             Panel {
                 title: "CPU per daemon",
                 unit: "ms",
-                series: vec![("mean", col(|r| r.2)), ("max", col(|r| r.3))],
+                series: vec![
+                    ("mean", col(|s| s.cpu_ms_mean)),
+                    ("max", col(|s| s.cpu_ms_max)),
+                ],
                 target: Some(5.0),
             },
             Panel {
                 title: "peak RSS per daemon",
                 unit: "MiB",
-                series: vec![("mean", col(|r| r.4)), ("max", col(|r| r.5))],
+                series: vec![
+                    ("mean", col(|s| s.rss_mib_mean)),
+                    ("max", col(|s| s.rss_mib_max)),
+                ],
                 target: Some(8.0),
             },
         ],
