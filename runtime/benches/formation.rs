@@ -236,7 +236,7 @@ fn main() {
     if let Some(dir) = out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let sizes: Vec<f64> = samples_by_size.iter().map(|(n, _)| *n).collect();
+    let xs: Vec<f64> = samples_by_size.iter().map(|(n, _)| *n).collect();
     let col = |f: fn(&Sample) -> f64| {
         samples_by_size
             .iter()
@@ -245,7 +245,7 @@ fn main() {
     };
     let svg = chart(
         &format!("DVM formation, daemons booted together ({backend:?} backend, radix {radix})"),
-        &sizes,
+        &xs,
         &[
             Panel {
                 title: "formed after last start",
