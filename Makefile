@@ -1,6 +1,6 @@
 # dvmlab: the two commands a newcomer needs are `make demo` and `make test`.
 SHELL := /bin/bash
-SKIPS := target/tmp/dvmlab-skipped.txt
+SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
 .PHONY: demo test lint bench build gc clean
 
@@ -14,7 +14,7 @@ build:
 ## Lint, then every test of the workspace; tests that had to skip are listed loudly at the end.
 test: lint
 	@rm -f $(SKIPS)
-	cargo nextest run --workspace --no-fail-fast; status=$$?; \
+	DVMLAB_SKIP_LOG=$(SKIPS) cargo nextest run --workspace --no-fail-fast; status=$$?; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \

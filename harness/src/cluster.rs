@@ -396,6 +396,12 @@ impl Cluster {
         killpg(Pid::from_raw(pid as i32), sig).map_err(|e| format!("{sig} to {host}: {e}"))
     }
 
+    /// SIGTERM, and wait for the daemon to exit; returns its status.
+    pub fn stop(&mut self, host: &str) -> Result<ExitStatus, String> {
+        self.signal(host, Signal::SIGTERM)?;
+        self.wait_exit(host, Duration::from_secs(10))
+    }
+
     /// SIGKILL, and wait until it is gone.
     pub fn kill(&mut self, host: &str) -> Result<(), String> {
         self.signal(host, Signal::SIGKILL)?;

@@ -26,6 +26,26 @@ pub use wait::wait_until;
 /// Prefix of every namespace, directory and lock the harness creates, so `gc` finds them.
 pub const PREFIX: &str = "dvl";
 
+/// Says loudly that `test` skips and why: a banner on stderr, and a line appended to the file
+/// named by `DVMLAB_SKIP_LOG` (which `make test` prints at the end, since test runners hide
+/// the output of passing tests). In CI (`CI` set) a skip is a failure instead.
+pub fn skip(test: &str, reason: &str) {
+    eprintln!("\n!!!! SKIPPED {test}: {reason} !!!!\n");
+    if std::env::var_os("CI").is_some() {
+        panic!("{test} may not skip in CI: {reason}");
+    }
+    if let Some(path) = std::env::var_os("DVMLAB_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "SKIPPED {test}: {reason}");
+        }
+    }
+}
+
 /// Whether this process may create network namespaces (root with `ip` available).
 pub fn netns_available() -> bool {
     nix::unistd::geteuid().is_root()

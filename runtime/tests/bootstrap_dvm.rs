@@ -359,7 +359,7 @@ fn radix_3_children_of_a_never_booted_parent_heal_upward_and_the_dvm_forms_when_
 }
 
 #[test]
-fn a_lost_daemon_is_reported_and_rejoins_when_restarted() {
+fn a_killed_or_terminated_daemon_is_reported_lost_and_rejoins_when_restarted() {
     let Some(b) = backend("rejoin", Needs::AnyBackend) else {
         return;
     };
@@ -374,6 +374,14 @@ fn a_lost_daemon_is_reported_and_rejoins_when_restarted() {
     });
     assert!(!s.formed);
     dvm.cluster.start("n03").unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    // SIGTERM ends one daemon cleanly (status 0) and the controller sees it go.
+    let st = dvm.cluster.stop("n02").unwrap();
+    assert!(st.success(), "SIGTERM: {st}");
+    dvm.wait_status(Duration::from_secs(10), "rank 2 lost", |s| {
+        s.members[2].state == MemberState::Lost
+    });
+    dvm.cluster.start("n02").unwrap();
     dvm.wait_formed(Duration::from_secs(10));
     dvm.stop_cleanly(&hosts);
 }
