@@ -20,6 +20,9 @@ use crate::hostname;
 /// `n[1:1-99999999999]` is a diagnostic rather than an out-of-memory.
 pub const MAX_NODES: usize = 1_000_000;
 
+/// How deeply `pmix[...]` may nest: one level is all PMIx produces; a few more are tolerated.
+const MAX_NESTING: usize = 4;
+
 /// One member host and where it was named.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeEntry {
@@ -40,7 +43,7 @@ pub fn parse(
     keep_fqdn: bool,
 ) -> Result<Vec<NodeEntry>, Diagnostic> {
     let mut out = Vec::new();
-    expand_list(expr, origin, base_dir, read, 0, &mut out)?;
+    expand_list(expr, origin, base_dir, read, Nesting::default(), &mut out)?;
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, n) in out.iter().enumerate() {
         if let Some(first) = seen.insert(hostname::match_key(&n.name, keep_fqdn), i) {
@@ -91,12 +94,19 @@ fn split_top(expr: &str, origin: &Origin) -> Result<Vec<String>, Diagnostic> {
     Ok(parts)
 }
 
+/// Where in the expansion we are: inside a node file, and how deep in `pmix[...]`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Nesting {
+    in_file: bool,
+    pmix: usize,
+}
+
 fn expand_list(
     expr: &str,
     origin: &Origin,
     base_dir: &Path,
     read: ReadFile<'_>,
-    depth: usize,
+    nesting: Nesting,
     out: &mut Vec<NodeEntry>,
 ) -> Result<(), Diagnostic> {
     for token in split_top(expr, origin)? {
@@ -105,7 +115,7 @@ fn expand_list(
             return Err(bad(origin, "empty entry in node list", expr));
         }
         if let Some(path) = token.strip_prefix("file:") {
-            if depth > 0 {
+            if nesting.in_file {
                 return Err(bad(origin, "file: inside a node file", token));
             }
             expand_file(path.trim(), origin, base_dir, read, out)?;
@@ -113,24 +123,33 @@ fn expand_list(
             .strip_prefix("pmix[")
             .and_then(|s| s.strip_suffix(']'))
         {
-            expand_list(inner, origin, base_dir, read, depth, out)?;
+            if nesting.pmix >= MAX_NESTING {
+                return Err(bad(origin, "pmix[...] nested too deeply", token));
+            }
+            let deeper = Nesting {
+                pmix: nesting.pmix + 1,
+                ..nesting
+            };
+            expand_list(inner, origin, base_dir, read, deeper, out)?;
         } else {
-            for name in expand_pattern(token, origin)? {
+            let room = MAX_NODES - out.len();
+            for name in expand_pattern(token, origin, room)? {
                 out.push(NodeEntry {
                     name,
                     origin: origin.clone(),
                 });
-                if out.len() > MAX_NODES {
-                    return Err(bad(
-                        origin,
-                        format!("node list expands past {MAX_NODES} nodes"),
-                        expr,
-                    ));
-                }
             }
         }
     }
     Ok(())
+}
+
+fn too_many(origin: &Origin, text: &str) -> Diagnostic {
+    bad(
+        origin,
+        format!("node list expands past {MAX_NODES} nodes"),
+        text,
+    )
 }
 
 fn expand_file(
@@ -157,13 +176,17 @@ fn expand_file(
             continue;
         }
         let at = Origin::file_line(&full, idx + 1);
-        expand_list(line_s, &at, base_dir, read, 1, out)?;
+        let in_file = Nesting {
+            in_file: true,
+            pmix: 0,
+        };
+        expand_list(line_s, &at, base_dir, read, in_file, out)?;
     }
     Ok(())
 }
 
-/// Expands one host pattern with zero or more bracket groups.
-fn expand_pattern(token: &str, origin: &Origin) -> Result<Vec<String>, Diagnostic> {
+/// Expands one host pattern with zero or more bracket groups into at most `room` names.
+fn expand_pattern(token: &str, origin: &Origin, room: usize) -> Result<Vec<String>, Diagnostic> {
     if hostname::ip_literal(token).is_some() {
         return Ok(vec![token.to_string()]);
     }
@@ -175,25 +198,26 @@ fn expand_pattern(token: &str, origin: &Origin) -> Result<Vec<String>, Diagnosti
             .map(|c| open + c)
             .ok_or_else(|| bad(origin, "unbalanced '['", token))?;
         let prefix = &rest[..open];
-        let values = expand_group(&rest[open + 1..close], origin, token)?;
-        let mut next = Vec::with_capacity(names.len() * values.len());
+        let values = expand_group(&rest[open + 1..close], origin, token, room)?;
+        let count = names
+            .len()
+            .checked_mul(values.len())
+            .filter(|&c| c <= room)
+            .ok_or_else(|| too_many(origin, token))?;
+        let mut next = Vec::with_capacity(count);
         for n in &names {
             for v in &values {
                 next.push(format!("{n}{prefix}{v}"));
             }
-        }
-        if next.len() > MAX_NODES {
-            return Err(bad(
-                origin,
-                format!("range expands past {MAX_NODES} nodes"),
-                token,
-            ));
         }
         names = next;
         rest = &rest[close + 1..];
     }
     if rest.contains(']') {
         return Err(bad(origin, "unbalanced ']'", token));
+    }
+    if names.len() > room {
+        return Err(too_many(origin, token));
     }
     for n in &mut names {
         n.push_str(rest);
@@ -204,8 +228,13 @@ fn expand_pattern(token: &str, origin: &Origin) -> Result<Vec<String>, Diagnosti
     Ok(names)
 }
 
-/// Expands the inside of one bracket group, `W:ranges` or `ranges`.
-fn expand_group(group: &str, origin: &Origin, token: &str) -> Result<Vec<String>, Diagnostic> {
+/// Expands the inside of one bracket group, `W:ranges` or `ranges`, into at most `room` values.
+fn expand_group(
+    group: &str,
+    origin: &Origin,
+    token: &str,
+    room: usize,
+) -> Result<Vec<String>, Diagnostic> {
     let (width, ranges) = match group.split_once(':') {
         Some((w, r)) => {
             let w: usize = w
@@ -242,12 +271,8 @@ fn expand_group(group: &str, origin: &Origin, token: &str) -> Result<Vec<String>
                 token,
             ));
         }
-        if hi - lo >= MAX_NODES as u64 {
-            return Err(bad(
-                origin,
-                format!("range expands past {MAX_NODES} nodes"),
-                token,
-            ));
+        if (hi - lo).saturating_add(1).saturating_add(out.len() as u64) > room as u64 {
+            return Err(too_many(origin, token));
         }
         let w = width.unwrap_or_else(|| {
             let s = lo_s.trim();
@@ -341,11 +366,21 @@ mod tests {
             "n[]",
             "bad host",
             "n[1:1-99999999]",
+            "a[1-999999]b[1-999999]",
+            "n[1-600000,1-600000]",
+            "pmix[pmix[pmix[pmix[pmix[x]]]]]",
             "file:",
             "-lead",
         ] {
             let e = names(bad).expect_err(bad);
             assert_eq!(e.kind, Kind::BadNodeList, "{bad}: {e}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_node_list_text_panics(expr in "[a-z0-9\\[\\]:,\\-.pmixfle]{0,40}") {
+            let _ = names(&expr);
         }
     }
 
