@@ -1,6 +1,6 @@
 //! The daemon core: one DVM member's protocol state — its upward link, the links of the daemons
-//! that joined below it, the routes to every rank beneath it, and (on the controller) the
-//! roster that says when the DVM is formed.
+//! that joined below it, the routes to every rank beneath it, link liveness, and (on the
+//! controller) the view that says when the DVM is formed.
 //!
 //! Sans-IO: the shell feeds [`Input`]s with the current monotonic time and carries out the
 //! [`Output`]s. No sockets, clocks or threads in here.
@@ -12,7 +12,7 @@ use crate::contract::{MemberState, MemberStatus, PingReport, StatusReport};
 use crate::identity::{Identity, Role};
 use crate::tree::{RadixTree, Rank};
 use crate::uplink::{Policy, Uplink};
-use crate::wire::{Body, DaemonMsg, Frame, Member, Peer, ToolReply, ToolRequest};
+use crate::wire::{Body, DaemonMsg, Frame, Member, Peer, RankEpoch, ToolReply, ToolRequest};
 
 /// A connection, numbered by the shell.
 pub type LinkId = u64;
@@ -21,6 +21,10 @@ pub type LinkId = u64;
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the controller waits for a pong.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// Hops a routed message may take; far more than any tree's round trip needs.
+pub const ROUTE_TTL: u8 = 255;
+/// A link on which nothing arrived for this many heartbeat intervals is declared dead.
+pub const MISSED_HEARTBEATS: u32 = 3;
 
 /// Static facts the core needs: who it is and the DVM's shape.
 #[derive(Debug, Clone)]
@@ -30,6 +34,12 @@ pub struct NodeConfig {
     pub hosts: Vec<String>,
     pub tree: RadixTree,
     pub policy: Policy,
+    /// Heartbeat interval on daemon links.
+    pub heartbeat: Duration,
+    /// Grows with every start of the daemon on this host (the shell uses its start time in
+    /// microseconds). Epochs count up from it, so a restarted daemon's reports are newer
+    /// than anything its previous incarnation sent.
+    pub incarnation: u64,
     pub controller_listed: bool,
     pub controller_uri: String,
 }
@@ -70,6 +80,7 @@ pub enum Input {
 /// Timers the core asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Timer {
+    Heartbeat,
     StopGrace,
     Ping(u64),
 }
@@ -86,7 +97,8 @@ pub enum Output {
         link: LinkId,
         frame: Frame,
     },
-    /// Flush what was sent on `link`, then close it.
+    /// Flush what was sent on `link`, then close it and stop reading from it. The core has
+    /// already forgotten the link; a later `Closed` for it is ignored.
     Close {
         link: LinkId,
     },
@@ -125,6 +137,14 @@ pub enum Note {
         retry_in: Duration,
     },
     UplinkLost {
+        rank: Rank,
+    },
+    /// A link went silent for `MISSED_HEARTBEATS` intervals and was dropped.
+    LinkDead {
+        rank: Rank,
+    },
+    /// A child reconnected while its old link still looked open; the old one was dropped.
+    Replaced {
         rank: Rank,
     },
     Refused {
@@ -174,12 +194,16 @@ pub struct Node {
     me: Rank,
     uplink: Option<Uplink>,
     up: Option<(LinkId, Rank)>,
+    /// Incremented on every upward connection; sent with this daemon's reports.
+    epoch: u64,
     children: BTreeMap<LinkId, Child>,
     tools: BTreeSet<LinkId>,
-    /// Rank → the child link it is reachable through.
-    routes: HashMap<Rank, LinkId>,
+    /// Rank → the child link it is reachable through, and the epoch that route is from.
+    routes: HashMap<Rank, (LinkId, u64)>,
     /// What each rank below reported about itself.
     below: HashMap<Rank, Member>,
+    /// When each daemon link (up or down) last delivered anything.
+    last_heard: HashMap<LinkId, Duration>,
     /// Controller only: ranks that ever joined, for telling `waiting` from `lost`.
     ever_joined: BTreeSet<Rank>,
     formed: bool,
@@ -198,10 +222,12 @@ impl Node {
             me,
             uplink,
             up: None,
+            epoch: cfg.incarnation,
             children: BTreeMap::new(),
             tools: BTreeSet::new(),
             routes: HashMap::new(),
             below: HashMap::new(),
+            last_heard: HashMap::new(),
             ever_joined: BTreeSet::new(),
             formed: false,
             pings: HashMap::new(),
@@ -239,13 +265,13 @@ impl Node {
     pub fn handle(&mut self, now: Duration, input: Input) -> Vec<Output> {
         match input {
             Input::Start => self.on_start(now),
-            Input::UplinkUp { link, rank } => self.on_uplink_up(link, rank),
+            Input::UplinkUp { link, rank } => self.on_uplink_up(now, link, rank),
             Input::UplinkFailed { rank, reason } => self.on_uplink_failed(now, rank, reason),
-            Input::Hello { link, peer } => self.on_hello(link, peer),
+            Input::Hello { link, peer } => self.on_hello(now, link, peer),
             Input::Frame { link, msg } => self.on_frame(now, link, msg),
             Input::Tool { link, req } => self.on_tool(now, link, req),
             Input::Closed { link } => self.on_closed(now, link),
-            Input::Timer(t) => self.on_timer(t),
+            Input::Timer(t) => self.on_timer(now, t),
         }
         std::mem::take(&mut self.out)
     }
@@ -278,6 +304,10 @@ impl Node {
             rank: self.me,
             state: "RUNNING",
         });
+        self.emit(Output::SetTimer {
+            timer: Timer::Heartbeat,
+            delay: self.cfg.heartbeat,
+        });
         match self.uplink.as_mut() {
             Some(u) => {
                 let a = u.start(now);
@@ -295,15 +325,18 @@ impl Node {
             rank: self.me,
             host: self.cfg.identity.host.clone(),
             parent,
+            epoch: self.epoch,
         }
     }
 
-    fn on_uplink_up(&mut self, link: LinkId, rank: Rank) {
+    fn on_uplink_up(&mut self, now: Duration, link: LinkId, rank: Rank) {
         let Some(u) = self.uplink.as_mut() else {
             return;
         };
         u.connected();
         self.up = Some((link, rank));
+        self.epoch += 1;
+        self.last_heard.insert(link, now);
         let tree_parent = self.cfg.tree.parent(self.me).unwrap_or(0);
         self.note(Note::Joined {
             parent: rank,
@@ -354,7 +387,7 @@ impl Node {
         self.emit(Output::Close { link });
     }
 
-    fn on_hello(&mut self, link: LinkId, peer: Peer) {
+    fn on_hello(&mut self, now: Duration, link: LinkId, peer: Peer) {
         let welcome = Frame::Welcome {
             nspace: self.cfg.identity.nspace.clone(),
             rank: self.me,
@@ -374,9 +407,6 @@ impl Node {
                     self.me, self.cfg.hosts[0]
                 ),
             ),
-            Peer::Daemon { .. } if self.stopping.is_some() => {
-                self.refuse(link, "the DVM is stopping".into())
-            }
             Peer::Daemon { rank, host } => {
                 let size = self.cfg.tree.size();
                 if rank == 0 || rank >= size || rank == self.me {
@@ -391,6 +421,19 @@ impl Node {
                         format!("rank {} is not an ancestor of rank {rank}", self.me),
                     );
                 }
+                // A child that reconnects while its old link still looks open (it died
+                // without a FIN, or the network dropped it): the new link wins.
+                let stale: Vec<LinkId> = self
+                    .children
+                    .iter()
+                    .filter(|(_, c)| c.rank == rank)
+                    .map(|(l, _)| *l)
+                    .collect();
+                for old in stale {
+                    self.note(Note::Replaced { rank });
+                    self.emit(Output::Close { link: old });
+                    self.drop_child(old);
+                }
                 self.children.insert(
                     link,
                     Child {
@@ -398,10 +441,15 @@ impl Node {
                         members: BTreeSet::new(),
                     },
                 );
+                self.last_heard.insert(link, now);
                 self.emit(Output::Send {
                     link,
                     frame: welcome,
                 });
+                // A daemon that reaches us while we stop is told to stop too.
+                if self.stopping.is_some() {
+                    self.send(link, DaemonMsg::Shutdown);
+                }
             }
         }
     }
@@ -409,17 +457,29 @@ impl Node {
     fn on_frame(&mut self, now: Duration, link: LinkId, msg: DaemonMsg) {
         let from_child = self.children.contains_key(&link);
         let from_parent = self.up.is_some_and(|(l, _)| l == link);
+        if from_child || from_parent {
+            self.last_heard.insert(link, now);
+        }
         match msg {
+            DaemonMsg::Heartbeat if from_child || from_parent => {}
             DaemonMsg::Report { members } if from_child => self.on_report(link, members),
             DaemonMsg::Lost { ranks } if from_child => self.on_lost(link, ranks),
-            DaemonMsg::Routed { src, dst, body } if from_child || from_parent => {
-                self.on_routed(now, src, dst, body)
-            }
+            DaemonMsg::Routed {
+                src,
+                dst,
+                ttl,
+                body,
+            } if from_child || from_parent => self.on_routed(now, src, dst, ttl, body),
             DaemonMsg::Shutdown if from_parent => self.begin_stop(None),
-            other => self.note(Note::Refused {
-                link,
-                reason: format!("unexpected message on this link: {other:?}"),
-            }),
+            other => {
+                let mut what = format!("{other:?}");
+                what.truncate(200);
+                self.note(Note::Refused {
+                    link,
+                    reason: format!("unexpected message on this link: {what}"),
+                });
+                self.emit(Output::Close { link });
+            }
         }
     }
 
@@ -430,13 +490,17 @@ impl Node {
             if m.rank == 0 || m.rank >= size || m.rank == self.me {
                 continue;
             }
-            if let Some(old) = self.routes.insert(m.rank, link) {
-                if old != link {
+            match self.routes.get(&m.rank) {
+                // Travelled an older path than the route we have: stale.
+                Some(&(_, e)) if m.epoch < e => continue,
+                Some(&(old, _)) if old != link => {
                     if let Some(c) = self.children.get_mut(&old) {
                         c.members.remove(&m.rank);
                     }
                 }
+                _ => {}
             }
+            self.routes.insert(m.rank, (link, m.epoch));
             if let Some(c) = self.children.get_mut(&link) {
                 c.members.insert(m.rank);
             }
@@ -460,10 +524,11 @@ impl Node {
         }
     }
 
-    fn on_lost(&mut self, link: LinkId, ranks: Vec<Rank>) {
+    fn on_lost(&mut self, link: LinkId, ranks: Vec<RankEpoch>) {
         let gone: Vec<Rank> = ranks
             .into_iter()
-            .filter(|r| self.routes.get(r) == Some(&link))
+            .filter(|re| self.routes.get(&re.rank) == Some(&(link, re.epoch)))
+            .map(|re| re.rank)
             .collect();
         self.forget(link, gone);
     }
@@ -473,21 +538,24 @@ impl Node {
         if gone.is_empty() {
             return;
         }
-        for r in &gone {
-            self.routes.remove(r);
-            self.below.remove(r);
+        let mut lost = Vec::with_capacity(gone.len());
+        for r in gone {
+            if let Some((_, epoch)) = self.routes.remove(&r) {
+                lost.push(RankEpoch { rank: r, epoch });
+            }
+            self.below.remove(&r);
             if let Some(c) = self.children.get_mut(&link) {
-                c.members.remove(r);
+                c.members.remove(&r);
             }
             self.note(Note::ProcState {
-                rank: *r,
+                rank: r,
                 state: "LOST",
             });
         }
         if self.is_controller() {
             self.check_formed();
         } else if let Some((up, _)) = self.up {
-            self.send(up, DaemonMsg::Lost { ranks: gone });
+            self.send(up, DaemonMsg::Lost { ranks: lost });
         }
     }
 
@@ -507,9 +575,17 @@ impl Node {
         self.formed = formed;
     }
 
-    fn route(&mut self, src: Rank, dst: Rank, body: Body) {
-        let msg = DaemonMsg::Routed { src, dst, body };
-        if let Some(&link) = self.routes.get(&dst) {
+    fn route(&mut self, src: Rank, dst: Rank, ttl: u8, body: Body) {
+        let Some(ttl) = ttl.checked_sub(1) else {
+            return self.note(Note::Unroutable { dst });
+        };
+        let msg = DaemonMsg::Routed {
+            src,
+            dst,
+            ttl,
+            body,
+        };
+        if let Some(&(link, _)) = self.routes.get(&dst) {
             self.send(link, msg);
         } else if let (Some((up, _)), false) = (self.up, dst == self.me) {
             self.send(up, msg);
@@ -518,7 +594,7 @@ impl Node {
         }
     }
 
-    fn on_routed(&mut self, now: Duration, src: Rank, dst: Rank, body: Body) {
+    fn on_routed(&mut self, now: Duration, src: Rank, dst: Rank, ttl: u8, body: Body) {
         let body = match body {
             Body::Ping { id, mut path } => {
                 path.push(self.me);
@@ -530,10 +606,10 @@ impl Node {
             }
         };
         if dst != self.me {
-            return self.route(src, dst, body);
+            return self.route(src, dst, ttl, body);
         }
         match body {
-            Body::Ping { id, path } => self.route(self.me, src, Body::Pong { id, path }),
+            Body::Ping { id, path } => self.route(self.me, src, ROUTE_TTL, Body::Pong { id, path }),
             Body::Pong { id, path } => self.finish_ping(now, id, path),
         }
     }
@@ -620,6 +696,7 @@ impl Node {
         self.route(
             self.me,
             rank,
+            ROUTE_TTL,
             Body::Ping {
                 id,
                 path: vec![self.me],
@@ -682,47 +759,73 @@ impl Node {
         self.emit(Output::Exit);
     }
 
+    /// Forgets child link `link` and the routes through it.
+    fn drop_child(&mut self, link: LinkId) {
+        self.last_heard.remove(&link);
+        let Some(child) = self.children.remove(&link) else {
+            return;
+        };
+        if child.members.is_empty() && self.stopping.is_none() {
+            self.note(Note::ProcState {
+                rank: child.rank,
+                state: "LOST",
+            });
+        }
+        let gone: Vec<Rank> = child
+            .members
+            .into_iter()
+            .filter(|r| self.routes.get(r).is_some_and(|(l, _)| *l == link))
+            .collect();
+        self.forget(link, gone);
+    }
+
+    /// Forgets the upward link and starts reconnecting (unless stopping).
+    fn drop_uplink(&mut self, now: Duration) {
+        let Some((link, rank)) = self.up.take() else {
+            return;
+        };
+        self.last_heard.remove(&link);
+        if self.stopping.is_some() {
+            return;
+        }
+        self.note(Note::UplinkLost { rank });
+        if let Some(u) = self.uplink.as_mut() {
+            let a = u.lost(now);
+            self.emit(Output::Connect {
+                rank: a.rank,
+                delay: a.delay,
+            });
+        }
+    }
+
     fn on_closed(&mut self, now: Duration, link: LinkId) {
         if self.tools.remove(&link) {
             self.pings.retain(|_, p| p.tool != link);
             return;
         }
-        if let Some(child) = self.children.remove(&link) {
-            let gone: Vec<Rank> = child.members.iter().copied().collect();
-            if gone.is_empty() && self.stopping.is_none() {
-                self.note(Note::ProcState {
-                    rank: child.rank,
-                    state: "LOST",
-                });
-            }
-            self.forget(link, gone);
+        if self.children.contains_key(&link) {
+            self.drop_child(link);
             if self.stopping.is_some() {
                 self.maybe_finish_stop();
             }
             return;
         }
         if self.up.is_some_and(|(l, _)| l == link) {
-            let (_, rank) = self.up.take().unwrap_or((link, 0));
-            if self.stopping.is_some() {
-                return;
-            }
-            self.note(Note::UplinkLost { rank });
-            if let Some(u) = self.uplink.as_mut() {
-                let a = u.lost(now);
-                self.emit(Output::Connect {
-                    rank: a.rank,
-                    delay: a.delay,
-                });
-            }
+            self.drop_uplink(now);
         }
     }
 
-    fn on_timer(&mut self, t: Timer) {
+    fn on_timer(&mut self, now: Duration, t: Timer) {
         match t {
+            Timer::Heartbeat => self.heartbeat(now),
             Timer::StopGrace => {
-                let left: Vec<Rank> = self.children.values().map(|c| c.rank).collect();
                 if self.stopping.is_some() {
-                    self.finish_stop(left);
+                    let mut left: BTreeSet<Rank> = BTreeSet::new();
+                    for c in self.children.values() {
+                        left.insert(c.rank);
+                        left.extend(c.members.iter().copied());
+                    }
+                    self.finish_stop(left.into_iter().collect());
                 }
             }
             Timer::Ping(id) => {
@@ -739,6 +842,40 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Sends a heartbeat on every daemon link and drops links that went silent: a frozen,
+    /// powered-off or cut-off peer sends no FIN, so silence is the only sign.
+    fn heartbeat(&mut self, now: Duration) {
+        let limit = self.cfg.heartbeat * MISSED_HEARTBEATS;
+        let silent =
+            |heard: Option<&Duration>| heard.is_none_or(|t| now.saturating_sub(*t) > limit);
+        if let Some((up, rank)) = self.up {
+            if silent(self.last_heard.get(&up)) {
+                self.note(Note::LinkDead { rank });
+                self.emit(Output::Close { link: up });
+                self.drop_uplink(now);
+            } else {
+                self.send(up, DaemonMsg::Heartbeat);
+            }
+        }
+        let links: Vec<(LinkId, Rank)> = self.children.iter().map(|(l, c)| (*l, c.rank)).collect();
+        for (link, rank) in links {
+            if silent(self.last_heard.get(&link)) {
+                self.note(Note::LinkDead { rank });
+                self.emit(Output::Close { link });
+                self.drop_child(link);
+                if self.stopping.is_some() {
+                    self.maybe_finish_stop();
+                }
+            } else {
+                self.send(link, DaemonMsg::Heartbeat);
+            }
+        }
+        self.emit(Output::SetTimer {
+            timer: Timer::Heartbeat,
+            delay: self.cfg.heartbeat,
+        });
     }
 
     /// The controller's view of the DVM, for `pctl status`.

@@ -45,6 +45,16 @@ pub struct Member {
     pub host: String,
     /// The rank it is connected to.
     pub parent: Rank,
+    /// How many times this daemon has connected upward. A report with a lower epoch than one
+    /// already seen is stale (it travelled an old path) and is ignored.
+    pub epoch: u64,
+}
+
+/// A rank as of one of its connections, for withdrawing exactly that connection's route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankEpoch {
+    pub rank: Rank,
+    pub epoch: u64,
 }
 
 /// Traffic between daemons.
@@ -53,10 +63,18 @@ pub struct Member {
 pub enum DaemonMsg {
     /// Upward: these ranks are now reachable through the sending link.
     Report { members: Vec<Member> },
-    /// Upward: these ranks are no longer reachable through the sending link.
-    Lost { ranks: Vec<Rank> },
-    /// Either way: a message for one rank, forwarded hop by hop along the tree.
-    Routed { src: Rank, dst: Rank, body: Body },
+    /// Upward: these ranks (as of these epochs) are no longer reachable through the link.
+    Lost { ranks: Vec<RankEpoch> },
+    /// Either way: a message for one rank, forwarded hop by hop along the tree; dropped when
+    /// `ttl` hops have been used up, so no transient inconsistency can bounce it forever.
+    Routed {
+        src: Rank,
+        dst: Rank,
+        ttl: u8,
+        body: Body,
+    },
+    /// Either way, every heartbeat interval: proves the link's other end is alive.
+    Heartbeat,
     /// Downward: the DVM is stopping; forward to your children, wait for them, exit.
     Shutdown,
 }
@@ -202,6 +220,7 @@ mod tests {
         roundtrip(Frame::Daemon(DaemonMsg::Routed {
             src: 0,
             dst: 9,
+            ttl: 64,
             body: Body::Ping {
                 id: 7,
                 path: vec![0, 1],

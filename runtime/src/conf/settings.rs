@@ -24,6 +24,9 @@ pub const TEST_HOSTS_FILE_PARAM: &str = "dvmlab_test_hosts_file";
 /// default bootstrap seeds.
 pub const INITIAL_DELAY_PARAM: &str = "prte_bootstrap_retry_initial_delay";
 
+/// Heartbeat interval (seconds) on daemon links; a link silent for three intervals is dead.
+pub const HEARTBEAT_PARAM: &str = "dvmlab_heartbeat_interval";
+
 /// `prte.conf` keys that seed an MCA parameter, and that parameter's name. For these the
 /// command line beats the file, and the file beats the environment.
 pub const MCA_KEYS: &[(&str, &str)] = &[
@@ -153,6 +156,7 @@ pub struct Settings {
     pub connect_max_time: Option<Duration>,
     pub retry_max_delay: Duration,
     pub retry_initial_delay: Duration,
+    pub heartbeat: Duration,
     pub dvm_temp_dir: PathBuf,
     /// `SessionTmpDir`, a template (see [`expand_template`]).
     pub session_tmp_dir: Option<String>,
@@ -252,6 +256,11 @@ impl Settings {
         }
         .min(retry_max_delay)
         .max(Duration::from_millis(1));
+        let heartbeat = match params.get(HEARTBEAT_PARAM) {
+            Some((v, o)) => parse_seconds(v, &o, HEARTBEAT_PARAM)?,
+            None => Duration::from_secs(1),
+        }
+        .max(Duration::from_millis(10));
         let flag = |key: &str| -> Result<bool, Diagnostic> {
             r.file(key)
                 .map(|(v, o)| parse_bool(&v, &o))
@@ -279,6 +288,7 @@ impl Settings {
             connect_max_time,
             retry_max_delay,
             retry_initial_delay,
+            heartbeat,
             dvm_temp_dir: r
                 .file("DVMTempDir")
                 .map(|x| PathBuf::from(x.0))

@@ -18,12 +18,13 @@ use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::bootstrap::Prepared;
 use crate::conf::settings::expand_template;
 use crate::identity::Role;
-use crate::node::{Input, LinkId, Node, NodeConfig, Note, Output};
+use crate::node::{Input, LinkId, Node, NodeConfig, Note, Output, MISSED_HEARTBEATS};
 use crate::tree::Rank;
 use crate::uplink::Policy;
 use crate::wire::{Frame, FrameCodec, Hello, Peer};
@@ -61,9 +62,15 @@ enum Event {
     /// A connection's writer is ready; frames for `link` go to `tx`.
     Register {
         link: LinkId,
-        tx: mpsc::UnboundedSender<Frame>,
+        handle: LinkHandle,
         writer: JoinHandle<()>,
     },
+}
+
+/// The shell's handle on one connection: its outgoing queue, and what stops its reader.
+struct LinkHandle {
+    tx: mpsc::UnboundedSender<Frame>,
+    reading: CancellationToken,
 }
 
 /// Shared by the tasks that create connections.
@@ -121,6 +128,11 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
             max: s.retry_max_delay,
             heal_after: s.connect_max_time,
         },
+        heartbeat: s.heartbeat,
+        incarnation: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0),
         controller_listed: p.membership.controller_listed,
         controller_uri: p.controller_uri().to_string(),
     };
@@ -143,7 +155,7 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
 
     let start = Instant::now();
     let mut node = Node::new(cfg);
-    let mut links: HashMap<LinkId, mpsc::UnboundedSender<Frame>> = HashMap::new();
+    let mut links: HashMap<LinkId, LinkHandle> = HashMap::new();
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
     let mut formed_at: Option<u64> = None;
     let mut pending = node.handle(Duration::ZERO, Input::Start);
@@ -162,12 +174,14 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
                     if let Frame::ToolReply(crate::wire::ToolReply::Status(st)) = &mut frame {
                         st.formed_at_unix_ms = formed_at;
                     }
-                    if let Some(tx) = links.get(&link) {
-                        let _ = tx.send(frame);
+                    if let Some(h) = links.get(&link) {
+                        let _ = h.tx.send(frame);
                     }
                 }
                 Output::Close { link } => {
-                    links.remove(&link);
+                    if let Some(h) = links.remove(&link) {
+                        h.reading.cancel();
+                    }
                 }
                 Output::SetTimer { timer, delay } => {
                     let ev = ctx.events.clone();
@@ -188,8 +202,8 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
         let input = tokio::select! {
             ev = rx.recv() => match ev {
                 Some(Event::Input(i)) => i,
-                Some(Event::Register { link, tx, writer }) => {
-                    links.insert(link, tx);
+                Some(Event::Register { link, handle, writer }) => {
+                    links.insert(link, handle);
                     writers.retain(|w| !w.is_finished());
                     writers.push(writer);
                     continue;
@@ -250,6 +264,12 @@ fn log_note(n: &Note, states: &StateLogging) {
             retry_in,
         } => debug!("connect to rank {rank} failed ({reason}); retry in {retry_in:?}"),
         Note::UplinkLost { rank } => warn!("lost connection to rank {rank}; reconnecting"),
+        Note::LinkDead { rank } => {
+            warn!("link to rank {rank} silent for {MISSED_HEARTBEATS} heartbeats; dropped")
+        }
+        Note::Replaced { rank } => {
+            info!("rank {rank} reconnected; its previous link is dropped")
+        }
         Note::Refused { link, reason } => warn!("link {link}: {reason}"),
         Note::Unroutable { dst } => warn!("no route to rank {dst}; message dropped"),
         Note::StopIncomplete { ranks } => {
@@ -310,8 +330,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
-/// Starts the writer task of a connection and hands its queue to the core's task.
-fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) {
+/// Starts the writer task of a connection and hands its queue to the core's task; returns the
+/// token that stops the connection's reader.
+fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) -> CancellationToken {
     let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
     let writer = tokio::spawn(async move {
         let mut sink = FramedWrite::new(write, FrameCodec::default());
@@ -322,7 +343,17 @@ fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) {
         }
         let _ = sink.close().await;
     });
-    let _ = ctx.events.send(Event::Register { link, tx, writer });
+    let reading = CancellationToken::new();
+    let handle = LinkHandle {
+        tx,
+        reading: reading.clone(),
+    };
+    let _ = ctx.events.send(Event::Register {
+        link,
+        handle,
+        writer,
+    });
+    reading
 }
 
 async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
@@ -331,9 +362,7 @@ async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
         Ok(Some(Ok(Frame::Hello(h)))) => h,
-        Ok(Some(Ok(other))) => {
-            return warn!("{peer}: first frame was not a hello: {other:?}; dropped")
-        }
+        Ok(Some(Ok(_))) => return warn!("{peer}: first frame was not a hello; dropped"),
         Ok(Some(Err(e))) => return warn!("{peer}: {e}; dropped"),
         Ok(None) => return debug!("{peer}: closed before hello"),
         Err(_) => return warn!("{peer}: no hello within {HANDSHAKE_TIMEOUT:?}; dropped"),
@@ -345,27 +374,38 @@ async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
         return;
     }
     let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
-    register(&ctx, link, write);
+    let reading = register(&ctx, link, write);
     let _ = ctx.events.send(Event::Input(Input::Hello {
         link,
         peer: hello.peer,
     }));
-    read_frames(&ctx, link, frames, &peer.to_string()).await;
+    read_frames(&ctx, link, frames, reading, &peer.to_string()).await;
 }
 
-/// Turns a connection's frames into inputs until it closes or sends garbage.
+/// Turns a connection's frames into inputs until it closes, sends garbage, or the core
+/// closes it.
 async fn read_frames(
     ctx: &Ctx,
     link: LinkId,
     mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+    reading: CancellationToken,
     peer: &str,
 ) {
-    while let Some(item) = frames.next().await {
+    loop {
+        let item = tokio::select! {
+            item = frames.next() => match item {
+                Some(item) => item,
+                None => break,
+            },
+            _ = reading.cancelled() => break,
+        };
         let input = match item {
             Ok(Frame::Daemon(msg)) => Input::Frame { link, msg },
             Ok(Frame::Tool(req)) => Input::Tool { link, req },
             Ok(other) => {
-                warn!("{peer}: unexpected frame {other:?}; dropping the link");
+                let mut what = format!("{other:?}");
+                what.truncate(200);
+                warn!("{peer}: unexpected frame {what}; dropping the link");
                 break;
             }
             Err(e) => {
@@ -385,11 +425,18 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
     match try_connect(&ctx, addr).await {
         Ok((stream, frames)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
-            register(&ctx, link, stream);
+            let reading = register(&ctx, link, stream);
             let _ = ctx
                 .events
                 .send(Event::Input(Input::UplinkUp { link, rank }));
-            read_frames(&ctx, link, frames, &format!("rank {rank} at {addr}")).await;
+            read_frames(
+                &ctx,
+                link,
+                frames,
+                reading,
+                &format!("rank {rank} at {addr}"),
+            )
+            .await;
         }
         Err(reason) => {
             let _ = ctx
