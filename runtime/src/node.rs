@@ -913,3 +913,170 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HB: Duration = Duration::from_secs(1);
+
+    fn controller(size: u32) -> Node {
+        let hosts: Vec<String> = (0..size).map(|r| format!("h{r}")).collect();
+        Node::new(NodeConfig {
+            identity: Identity {
+                nspace: "t-prte-dvm".into(),
+                rank: 0,
+                role: Role::Controller,
+                host: "h0".into(),
+            },
+            hosts,
+            tree: RadixTree::new(2, size),
+            policy: Policy {
+                initial: Duration::from_millis(20),
+                max: Duration::from_secs(5),
+                heal_after: Some(Duration::from_secs(1)),
+            },
+            heartbeat: HB,
+            incarnation: 0,
+            controller_listed: false,
+            controller_uri: "t".into(),
+        })
+    }
+
+    fn member(rank: Rank, parent: Rank, epoch: u64) -> Member {
+        Member {
+            rank,
+            host: format!("h{rank}"),
+            parent,
+            epoch,
+        }
+    }
+
+    fn hello(n: &mut Node, now: Duration, link: LinkId, rank: Rank) -> Vec<Output> {
+        let peer = Peer::Daemon {
+            rank,
+            host: format!("h{rank}"),
+        };
+        n.handle(now, Input::Hello { link, peer })
+    }
+
+    fn report(n: &mut Node, now: Duration, link: LinkId, members: Vec<Member>) -> Vec<Output> {
+        let msg = DaemonMsg::Report { members };
+        n.handle(now, Input::Frame { link, msg })
+    }
+
+    fn parent_of(n: &Node, rank: Rank) -> Option<Rank> {
+        n.status().members[rank as usize].parent
+    }
+
+    const T: Duration = Duration::ZERO;
+
+    #[test]
+    fn a_report_from_an_older_path_does_not_overwrite_a_newer_route() {
+        let mut c = controller(4);
+        hello(&mut c, T, 10, 1);
+        hello(&mut c, T, 20, 2);
+        report(&mut c, T, 10, vec![member(1, 0, 5)]);
+        // rank 3 re-homed from 1 to 2 (epoch 8); its old report via 1 (epoch 7) arrives late
+        report(&mut c, T, 20, vec![member(2, 0, 5), member(3, 2, 8)]);
+        report(&mut c, T, 10, vec![member(3, 1, 7)]);
+        assert_eq!(parent_of(&c, 3), Some(2));
+        // and the old path's loss of rank 3 withdraws nothing
+        let lost = DaemonMsg::Lost {
+            ranks: vec![RankEpoch { rank: 3, epoch: 7 }],
+        };
+        c.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: lost,
+            },
+        );
+        assert!(c.formed(), "{:?}", c.status());
+    }
+
+    #[test]
+    fn a_reconnecting_child_replaces_its_half_open_link() {
+        let mut c = controller(2);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        let out = hello(&mut c, T, 11, 1);
+        assert!(out.contains(&Output::Close { link: 10 }), "{out:?}");
+        report(&mut c, T, 11, vec![member(1, 0, 2)]);
+        assert!(c.formed());
+        // the old link's late close changes nothing
+        c.handle(T, Input::Closed { link: 10 });
+        assert!(c.formed());
+    }
+
+    #[test]
+    fn a_silent_link_is_dropped_after_missed_heartbeats() {
+        let mut c = controller(2);
+        c.handle(T, Input::Start);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        let out = c.handle(HB * 2, Input::Timer(Timer::Heartbeat));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::Send { link: 10, .. })));
+        assert!(c.formed(), "two quiet intervals are tolerated");
+        let out = c.handle(HB * 4, Input::Timer(Timer::Heartbeat));
+        assert!(out.contains(&Output::Close { link: 10 }), "{out:?}");
+        assert!(!c.formed());
+        assert_eq!(c.status().members[1].state, MemberState::Lost);
+    }
+
+    #[test]
+    fn a_daemon_that_reaches_a_stopping_parent_is_told_to_stop() {
+        let mut c = controller(3);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        c.handle(
+            T,
+            Input::Hello {
+                link: 99,
+                peer: Peer::Tool,
+            },
+        );
+        c.handle(
+            T,
+            Input::Tool {
+                link: 99,
+                req: ToolRequest::Stop,
+            },
+        );
+        let out = hello(&mut c, T, 20, 2);
+        assert!(out.contains(&Output::Send {
+            link: 20,
+            frame: Frame::Daemon(DaemonMsg::Shutdown)
+        }));
+        // rank 1 goes; rank 2 never confirms: it is named
+        c.handle(T, Input::Closed { link: 10 });
+        let out = c.handle(T, Input::Timer(Timer::StopGrace));
+        assert!(
+            out.iter().any(|o| matches!(o,
+            Output::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. }
+            if unconfirmed == &vec![2])),
+            "{out:?}"
+        );
+        assert!(out.contains(&Output::Exit));
+    }
+
+    #[test]
+    fn routed_messages_die_when_their_ttl_runs_out() {
+        let mut c = controller(2);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        let msg = DaemonMsg::Routed {
+            src: 1,
+            dst: 1,
+            ttl: 0,
+            body: Body::Ping {
+                id: 1,
+                path: vec![],
+            },
+        };
+        let out = c.handle(T, Input::Frame { link: 10, msg });
+        assert_eq!(out, vec![Output::Note(Note::Unroutable { dst: 1 })]);
+    }
+}

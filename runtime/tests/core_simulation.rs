@@ -36,6 +36,10 @@ enum Ev {
     Cut {
         seed: usize,
     },
+    /// The dialer of `link` gives up if no welcome came (the shell's handshake timeout).
+    HelloTimeout {
+        link: LinkId,
+    },
 }
 
 struct Sim {
@@ -268,6 +272,11 @@ impl Sim {
                         }
                     }
                 }
+                Ev::HelloTimeout { link } => {
+                    if self.pending.contains_key(&link) {
+                        self.close(link);
+                    }
+                }
                 Ev::Cut { seed } => {
                     let mut open: Vec<LinkId> = self.links.keys().copied().collect();
                     open.sort_unstable();
@@ -285,6 +294,7 @@ impl Sim {
                         self.links.insert(a, (from, to, b));
                         self.links.insert(b, (to, from, a));
                         self.pending.insert(a, to);
+                        self.at(self.now + 5000, Ev::HelloTimeout { link: a });
                         let host = format!("h{from}");
                         self.deliver_on(
                             b,
@@ -550,6 +560,29 @@ fn routes_stay_right_through_silent_crashes_and_cuts_during_formation() {
             (2692, 8594656611379197958),
             (3279, 9105750351124898464),
         ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_connect_to_a_parent_that_dies_before_welcoming_times_out_and_retries() {
+    let mut boots = vec![0u64; 60];
+    boots[..58].copy_from_slice(&[
+        125, 1125, 829, 1125, 1125, 458, 1125, 1125, 501, 396, 1125, 1125, 1125, 1125, 1125, 122,
+        1125, 1125, 458, 1125, 1125, 1125, 1125, 986, 1125, 1125, 1125, 579, 302, 1125, 209, 430,
+        1125, 818, 152, 818, 1125, 1125, 1125, 918, 153, 1125, 1125, 1125, 769, 984, 984, 984, 984,
+        984, 0, 984, 984, 304, 396, 42, 984, 67,
+    ]);
+    let mut latency = vec![4, 0, 4, 1, 1, 1, 7, 1, 1, 2, 7, 0, 1, 6, 3, 6];
+    latency[5] = 647;
+    scenario(
+        58,
+        3,
+        boots,
+        latency,
+        None,
+        vec![(985, 2, false, 6)],
+        vec![],
     )
     .unwrap();
 }
