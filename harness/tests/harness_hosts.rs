@@ -74,6 +74,14 @@ fn a_cut_host_is_unreachable_until_reconnected() {
     .unwrap();
 }
 
+/// Ok when `pid` is gone (or a zombie waiting for init to reap it).
+fn gone(pid: u32) -> Result<(), String> {
+    match proc_state(pid) {
+        '?' | 'Z' | 'X' => Ok(()),
+        s => Err(format!("pid {pid} still alive (state {s})")),
+    }
+}
+
 fn proc_state(pid: u32) -> char {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
@@ -126,7 +134,17 @@ fn helper_owner_that_gets_killed() {
     };
     let mut c = Cluster::new(sleeper("crashed", backend, 3)).unwrap();
     c.start_all().unwrap();
-    println!("RUN {} {}", c.run_name(), c.run_dir().display());
+    let pids: Vec<String> = ["h0", "h1", "h2"]
+        .iter()
+        .filter_map(|h| c.pid(h))
+        .map(|p| p.to_string())
+        .collect();
+    println!(
+        "RUN {} {} {}",
+        c.run_name(),
+        c.run_dir().display(),
+        pids.join(",")
+    );
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -153,7 +171,7 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
         .unwrap();
     let mut line = String::new();
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let (run, dir) = loop {
+    let (run, dir, pids) = loop {
         line.clear();
         assert!(
             out.read_line(&mut line).unwrap() > 0,
@@ -161,24 +179,25 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
         );
         // libtest prints "test NAME ... " before the helper's own output on the same line
         if let Some(rest) = line.trim().split("RUN ").nth(1) {
-            let (r, d) = rest.split_once(' ').unwrap();
-            break (r.to_string(), std::path::PathBuf::from(d));
+            let parts: Vec<&str> = rest.split(' ').collect();
+            let pids: Vec<u32> = parts[2].split(',').map(|p| p.parse().unwrap()).collect();
+            break (
+                parts[0].to_string(),
+                std::path::PathBuf::from(parts[1]),
+                pids,
+            );
         }
     };
-    let owner_pid = child.id();
+    assert_eq!(pids.len(), 3);
+    assert!(
+        pids.iter().all(|&p| gone(p).is_err()),
+        "the helper's daemons run"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
-    // The daemons die with their owner (parent-death signal).
+    // The daemons die with their owner (parent-death signal), before any gc.
     wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
-        let alive = Command::new("pgrep")
-            .args(["-P", &owner_pid.to_string()])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if alive.stdout.is_empty() {
-            Ok(())
-        } else {
-            Err("children alive".into())
-        }
+        pids.iter().try_for_each(|&p| gone(p))
     })
     .unwrap();
     assert!(dir.exists(), "the killed owner could not clean up");

@@ -150,11 +150,8 @@ pub fn controller_addr(params: &Params) -> Result<(Settings, SocketAddr), Diagno
     let settings = conf::load(params)?;
     let resolver = Resolver::from_settings(&settings)?;
     let networks = resolver.networks(&settings)?;
-    let c = resolver.pick(
-        &settings,
-        &networks,
-        &settings.controller_host,
-        &settings.controller_origin,
-    )?;
-    Ok((settings.clone(), SocketAddr::new(c.addr, settings.port)))
+    let m = Membership::from_settings(&settings);
+    let c = resolver.pick(&settings, &networks, &m.hosts[0], &m.origins[0])?;
+    let addr = SocketAddr::new(c.addr, settings.port);
+    Ok((settings, addr))
 }

@@ -26,16 +26,24 @@ pub struct Membership {
 
 impl Membership {
     /// Ranks the DVM: the controller is 0, the other `DVMNodes` entries follow in listed order.
+    /// Names are stored as they are matched: short unless `KeepFQDNHostnames`.
     pub fn from_settings(s: &Settings) -> Membership {
+        let stored = |name: &str| {
+            if s.keep_fqdn {
+                name.to_string()
+            } else {
+                hostname::short(name).to_string()
+            }
+        };
         let ctl_key = hostname::match_key(&s.controller_host, s.keep_fqdn);
-        let mut hosts = vec![s.controller_host.clone()];
+        let mut hosts = vec![stored(&s.controller_host)];
         let mut origins = vec![s.controller_origin.clone()];
         let mut controller_listed = false;
         for n in &s.nodes {
             if hostname::match_key(&n.name, s.keep_fqdn) == ctl_key {
                 controller_listed = true;
             } else {
-                hosts.push(n.name.clone());
+                hosts.push(stored(&n.name));
                 origins.push(n.origin.clone());
             }
         }
@@ -195,6 +203,22 @@ mod tests {
         assert_eq!(m.hosts, ["n3", "n1", "n2", "n4"]);
         assert_eq!(rank_of(&s, &["n3"]).unwrap().rank, 0);
         assert_eq!(rank_of(&s, &["n4"]).unwrap().rank, 3);
+    }
+
+    #[test]
+    fn names_are_stored_short_unless_keep_fqdn() {
+        let s = settings("DVMNodes=n1.a.example,10.0.0.2\nDVMControllerHost=ctl.a.example\n");
+        assert_eq!(
+            Membership::from_settings(&s).hosts,
+            ["ctl", "n1", "10.0.0.2"]
+        );
+        let s = settings(
+            "DVMNodes=n1.a.example\nDVMControllerHost=ctl.a.example\nKeepFQDNHostnames=true\n",
+        );
+        assert_eq!(
+            Membership::from_settings(&s).hosts,
+            ["ctl.a.example", "n1.a.example"]
+        );
     }
 
     #[test]

@@ -365,10 +365,47 @@ fn command_line_beats_prte_conf_which_beats_the_environment() {
         (Some(7), Some(9200)),
         "command line beats both"
     );
-    let v = identity(
-        &format!("{GOOD}KeepFQDNHostnames=false\n"),
-        &[],
-        &[("PRTE_MCA_prte_keep_fqdn_hostnames", "true")],
+}
+
+#[test]
+fn keep_fqdn_hostnames_in_prte_conf_beats_the_environment_and_loses_to_the_command_line() {
+    let Some(b) = backend("KeepFQDN precedence", Needs::AnyBackend) else {
+        return;
+    };
+    let hosts: Vec<String> = ["ctl", "n01"].map(String::from).to_vec();
+    // The hosts know themselves as n01.lab.example; DVMNodes names another domain, so only
+    // short-name matching places n01.
+    let dvm = Dvm::with_spec("fqdnprec", b, IpMode::V4, &hosts, &PrteConf::new(), |s| {
+        s.domain = Some("lab.example".into())
+    });
+    let other = "DVMNodes=n01.other.example\nDVMControllerHost=ctl.other.example\n";
+    let run = |conf: &str, cli: &[&str], env: &[(&str, &str)]| -> (bool, String) {
+        dvm.cluster.set_host_conf("n01", conf).unwrap();
+        let mut argv: Vec<String> = [PRTED, "--bootstrap", "--show-identity", "--json"]
+            .map(String::from)
+            .to_vec();
+        argv.extend(cli.iter().map(|s| s.to_string()));
+        let mut cmd = dvm.cluster.command("n01", &argv).unwrap();
+        cmd.envs(env.iter().copied());
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let env = [("PRTE_MCA_prte_keep_fqdn_hostnames", "true")];
+    let (ok, err) = run(other, &[], &env);
+    assert!(
+        !ok && err.contains("[not-a-member]"),
+        "environment alone applies: {err}"
     );
-    assert_eq!(v["rank"], 1);
+    let with_key = format!("{other}KeepFQDNHostnames=false\n");
+    let (ok, err) = run(&with_key, &[], &env);
+    assert!(ok, "prte.conf beats the environment: {err}");
+    let cli = ["--prtemca", "prte_keep_fqdn_hostnames", "true"];
+    let (ok, err) = run(&with_key, &cli, &[]);
+    assert!(
+        !ok && err.contains("[not-a-member]"),
+        "command line beats prte.conf: {err}"
+    );
 }

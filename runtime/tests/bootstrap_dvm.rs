@@ -573,21 +573,29 @@ fn keep_fqdn_hostnames_decides_whether_names_match_short_or_fully_qualified() {
     let mut dvm = Dvm::with_spec("fqdn", b, IpMode::V4, &hosts, &fq("lab.example"), |s| {
         s.domain = Some("lab.example".into())
     });
-    // Short-name matching (the default) and fully qualified matching through the hosts-file
-    // alias both place every host.
-    for keep in ["false", "true"] {
+    // Short-name matching (the default) stores short names; fully qualified matching goes
+    // through the hosts-file alias and keeps them qualified.
+    for (keep, host2) in [("false", "n02"), ("true", "n02.lab.example")] {
         dvm.cluster
             .set_conf(&fq("lab.example").set("KeepFQDNHostnames", keep).render())
             .unwrap();
         dvm.cluster.start_all().unwrap();
         let s = dvm.wait_formed(Duration::from_secs(10));
-        assert_eq!(
-            s.members[2].host, "n02.lab.example",
-            "KeepFQDNHostnames={keep}"
-        );
+        assert_eq!(s.members[2].host, host2, "KeepFQDNHostnames={keep}");
         dvm.stop_cleanly(&hosts);
     }
-    // Fully qualified names of another domain: refused as a non-member, not guessed.
+    // Another domain: short-name matching still places every host...
+    dvm.cluster
+        .set_conf(
+            &fq("other.example")
+                .set("KeepFQDNHostnames", "false")
+                .render(),
+        )
+        .unwrap();
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    dvm.stop_cleanly(&hosts);
+    // ...while fully qualified matching refuses them as non-members rather than guess.
     dvm.cluster
         .set_conf(
             &fq("other.example")

@@ -516,6 +516,21 @@ mod tests {
         assert_eq!((s.radix, s.port), (5, 9100));
         let s = settings(MIN, &[], &[("PRTE_MCA_prte_keep_fqdn_hostnames", "true")]).unwrap();
         assert!(s.keep_fqdn);
+        let keep = format!("{MIN}KeepFQDNHostnames=false\nDVMNetworks=10.1.0.0/16\n");
+        let env = [
+            ("PRTE_MCA_prte_keep_fqdn_hostnames", "true"),
+            ("PRTE_MCA_prte_if_include", "10.2.0.0/16"),
+        ];
+        let s = settings(&keep, &[], &env).unwrap();
+        assert!(!s.keep_fqdn, "conf beats env for KeepFQDNHostnames");
+        assert_eq!(s.networks, [NetSpec::Cidr("10.1.0.0/16".parse().unwrap())]);
+        let cli = [
+            ("prte_keep_fqdn_hostnames", "1"),
+            ("prte_if_include", "eth9"),
+        ];
+        let s = settings(&keep, &cli, &env).unwrap();
+        assert!(s.keep_fqdn, "command line beats conf");
+        assert_eq!(s.networks, [NetSpec::Interface("eth9".into())]);
     }
 
     #[test]
