@@ -4,8 +4,12 @@
 //! dedicated subnets (10.200.0.0/16, fd00:200::/64) without clashing. Process clusters share
 //! the machine's loopback, so each takes a block `127.B.0.0/16` reserved by a lock file.
 
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
@@ -51,37 +55,50 @@ fn lock_dir() -> PathBuf {
     std::env::temp_dir().join(format!("{}-loopback", crate::PREFIX))
 }
 
-/// A reserved loopback block, released on drop.
+/// Takes an exclusive `flock` on `path` without waiting, and checks that `path` still names
+/// the locked file (an unlocking owner unlinks it first), so a lock is never held on a file
+/// that another process has already replaced.
+pub(crate) fn try_lock(path: &Path) -> io::Result<Option<Flock<File>>> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let locked = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+        Err((_, e)) => return Err(e.into()),
+    };
+    let held = locked.metadata()?;
+    match fs::metadata(path) {
+        Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => Ok(Some(locked)),
+        _ => Ok(None),
+    }
+}
+
+/// A reserved loopback block, released on drop (and by the kernel if this process dies).
 #[derive(Debug)]
 pub struct LoopbackBlock {
     pub block: u8,
     path: PathBuf,
+    lock: Option<Flock<File>>,
 }
 
 impl LoopbackBlock {
-    /// Reserves a free block among 127.10.0.0/16 … 127.250.0.0/16, reclaiming locks whose
-    /// owner process is gone.
+    /// Reserves a free block among 127.10.0.0/16 … 127.250.0.0/16.
     pub fn reserve() -> io::Result<LoopbackBlock> {
         let dir = lock_dir();
         fs::create_dir_all(&dir)?;
-        let me = std::process::id();
         for block in 10u8..=250 {
             let path = dir.join(format!("{block}.lock"));
-            for _ in 0..2 {
-                match OpenOptions::new().write(true).create_new(true).open(&path) {
-                    Ok(mut f) => {
-                        writeln!(f, "{me}")?;
-                        return Ok(LoopbackBlock { block, path });
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                        if crate::gc::owner_gone(&path) {
-                            let _ = fs::remove_file(&path);
-                            continue;
-                        }
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                }
+            if let Some(mut lock) = try_lock(&path)? {
+                lock.set_len(0)?;
+                writeln!(lock, "{}", std::process::id())?;
+                return Ok(LoopbackBlock {
+                    block,
+                    path,
+                    lock: Some(lock),
+                });
             }
         }
         Err(io::Error::other(
@@ -92,7 +109,9 @@ impl LoopbackBlock {
 
 impl Drop for LoopbackBlock {
     fn drop(&mut self) {
+        // Unlink while still holding the lock; see `try_lock`.
         let _ = fs::remove_file(&self.path);
+        self.lock.take();
     }
 }
 

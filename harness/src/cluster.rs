@@ -119,6 +119,24 @@ enum World {
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
+/// Makes `cmd` lead its own process group (so a signal reaches everything it starts) and
+/// die with this process.
+fn own_group_dying_with_us(cmd: &mut Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // The parent may have died before the death signal was armed.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("parent exited during spawn"));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A running cluster. Everything it created is removed on drop; if the thread is panicking
 /// (a failed test), the tail of every host's log is printed first and the run directory kept.
 pub struct Cluster {
@@ -141,6 +159,12 @@ impl Cluster {
         );
         let dir = gc::runs_dir().join(&run);
         fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        Cluster::build(spec, run, dir.clone()).inspect_err(|_| {
+            let _ = fs::remove_dir_all(&dir);
+        })
+    }
+
+    fn build(spec: ClusterSpec, run: String, dir: PathBuf) -> Result<Cluster, String> {
         let plan = |addrs: &dyn Fn(usize) -> (Option<IpAddr>, Option<IpAddr>)| -> Vec<HostInfo> {
             spec.hosts
                 .iter()
@@ -347,14 +371,7 @@ impl Cluster {
             .map_err(|e| format!("log for {host}: {e}"))?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         cmd.stdin(Stdio::null()).stdout(log).stderr(err);
-        // SAFETY: only async-signal-safe system calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                Ok(())
-            });
-        }
+        own_group_dying_with_us(&mut cmd);
         let child = cmd
             .spawn()
             .map_err(|e| format!("starting {:?} on {host}: {e}", self.spec.daemon))?;
@@ -420,7 +437,9 @@ impl Cluster {
     pub fn set_connected(&mut self, host: &str, connected: bool) -> Result<(), String> {
         let i = self.host(host)?.index;
         match self.world.as_ref() {
-            Some(World::Netns(w)) => w.set_link(i, connected).map_err(|e| e.to_string()),
+            Some(World::Netns(w)) => w
+                .set_link(i, connected, self.spec.dual_homed)
+                .map_err(|e| e.to_string()),
             _ => Err("cutting a host off needs the netns backend".into()),
         }
     }
@@ -461,8 +480,9 @@ impl Cluster {
         let out_path = self.dir.join(format!("exec-{n}.out"));
         let err_path = self.dir.join(format!("exec-{n}.err"));
         let file = |p: &Path| fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()));
-        let mut child = self
-            .command(host, argv)?
+        let mut cmd = self.command(host, argv)?;
+        own_group_dying_with_us(&mut cmd);
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(file(&out_path)?)
             .stderr(file(&err_path)?)
@@ -477,7 +497,7 @@ impl Cluster {
         })
         .ok();
         if status.is_none() {
-            let _ = child.kill();
+            let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
             let _ = child.wait();
         }
         let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();

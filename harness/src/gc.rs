@@ -2,7 +2,7 @@
 //! directories and loopback locks whose owning process is gone.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use nix::sys::signal::{kill, Signal};
@@ -15,15 +15,6 @@ pub fn alive(pid: u32) -> bool {
     i32::try_from(pid).is_ok_and(|p| {
         p > 0 && !matches!(kill(Pid::from_raw(p), None), Err(nix::errno::Errno::ESRCH))
     })
-}
-
-/// Whether the lock or run file at `path` names an owner pid that is gone. An unreadable or
-/// empty file is taken as owned (its owner may be writing it right now).
-pub fn owner_gone(path: &Path) -> bool {
-    fs::read_to_string(path)
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .is_some_and(|pid| !alive(pid))
 }
 
 /// The pid embedded in a harness name `dvl<pid>-...`.
@@ -90,8 +81,10 @@ pub fn collect(all: bool) -> Collected {
     }
     if let Ok(rd) = fs::read_dir(crate::addr::loopback_lock_dir()) {
         for e in rd.flatten() {
-            if all || owner_gone(&e.path()) {
+            // A lock nobody holds belonged to a process that is gone.
+            if let Ok(Some(lock)) = crate::addr::try_lock(&e.path()) {
                 let _ = fs::remove_file(e.path());
+                drop(lock);
                 c.locks.push(e.path());
             }
         }

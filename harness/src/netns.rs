@@ -97,13 +97,15 @@ impl NetnsWorld {
     fn build(&mut self, hosts: &[HostInfo], no_ipv6: &[usize]) -> io::Result<()> {
         let mut all = vec![self.switch.clone()];
         all.extend(self.hosts.iter().cloned());
+        // Recorded first: `ip -b` stops at the first failing line, and whatever it did create
+        // before that must still be destroyed.
+        self.created = all.clone();
         ip_batch(
             None,
             &all.iter()
                 .map(|n| format!("netns add {n}"))
                 .collect::<Vec<_>>(),
         )?;
-        self.created = all;
 
         let dual = hosts.iter().any(|h| !h.second.is_empty());
         let mut sw = self.network_lines("br", "h", "eth0");
@@ -138,10 +140,14 @@ impl NetnsWorld {
             let ns = ns.clone();
             children.push(std::thread::spawn(move || ip_batch(Some(&ns), &lines)));
         }
-        for c in children {
-            c.join()
-                .map_err(|_| io::Error::other("address setup thread panicked"))??;
-        }
+        let results: Vec<io::Result<()>> = children
+            .into_iter()
+            .map(|c| {
+                c.join()
+                    .unwrap_or_else(|_| Err(io::Error::other("address setup thread panicked")))
+            })
+            .collect();
+        results.into_iter().collect::<io::Result<()>>()?;
         for &i in no_ipv6 {
             sysctl_in(&self.hosts[i], "net.ipv6.conf.all.disable_ipv6", "1")?;
         }
@@ -219,12 +225,14 @@ impl NetnsWorld {
         Ok(())
     }
 
-    /// Cuts host `i` off the bridge (or reconnects it).
-    pub fn set_link(&self, i: usize, up: bool) -> io::Result<()> {
-        ip_batch(
-            Some(&self.switch),
-            &[format!("link set h{i} {}", if up { "up" } else { "down" })],
-        )
+    /// Cuts host `i` off every network (or reconnects it).
+    pub fn set_link(&self, i: usize, up: bool, dual: bool) -> io::Result<()> {
+        let state = if up { "up" } else { "down" };
+        let mut lines = vec![format!("link set h{i} {state}")];
+        if dual {
+            lines.push(format!("link set g{i} {state}"));
+        }
+        ip_batch(Some(&self.switch), &lines)
     }
 
     /// Deletes every namespace (killing what runs inside); links and bridges go with them.

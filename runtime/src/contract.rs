@@ -43,7 +43,8 @@ pub struct StatusReport {
     pub controller_uri: String,
     /// Whether `DVMControllerHost` is listed in `DVMNodes`.
     pub controller_listed: bool,
-    /// Wall-clock time (ms since the Unix epoch) the DVM last became formed.
+    /// Wall-clock time (ms since the Unix epoch) the DVM last became formed; `null` while it
+    /// is not formed.
     pub formed_at_unix_ms: Option<u64>,
     pub members: Vec<MemberStatus>,
 }

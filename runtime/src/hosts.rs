@@ -109,7 +109,8 @@ impl Resolver {
             Resolver::File(h) => h.lookup(name),
             Resolver::System => (name, 0).to_socket_addrs()?.map(|a| a.ip()).collect(),
         };
-        v.dedup();
+        let mut seen = std::collections::HashSet::new();
+        v.retain(|a| seen.insert(*a));
         if v.is_empty() {
             return Err(io::Error::new(io::ErrorKind::NotFound, "no addresses"));
         }

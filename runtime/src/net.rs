@@ -37,12 +37,12 @@ pub fn choose(
     networks: &[IpNet],
     netmask: Option<u8>,
 ) -> Result<Chosen, Choice> {
-    let mut of_family: Vec<IpAddr> = candidates
-        .iter()
-        .copied()
-        .filter(|a| family.matches(a))
-        .collect();
-    of_family.dedup();
+    let mut of_family: Vec<IpAddr> = Vec::new();
+    for a in candidates.iter().filter(|a| family.matches(a)) {
+        if !of_family.contains(a) {
+            of_family.push(*a);
+        }
+    }
     if of_family.is_empty() {
         return Err(Choice::NoneOfFamily);
     }
@@ -109,6 +109,24 @@ mod tests {
 
     fn ips(s: &[&str]) -> Vec<IpAddr> {
         s.iter().map(|x| x.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn repeated_answers_are_one_address() {
+        let c = choose(
+            &ips(&["10.0.0.1", "10.0.0.2", "10.0.0.1"]),
+            Family::V4,
+            &[],
+            None,
+        );
+        assert!(matches!(c, Err(Choice::Ambiguous(v)) if v.len() == 2));
+        let c = choose(
+            &ips(&["10.0.0.1", "fd00::1", "10.0.0.1"]),
+            Family::V4,
+            &[],
+            None,
+        );
+        assert_eq!(c.unwrap().addr.to_string(), "10.0.0.1");
     }
 
     #[test]

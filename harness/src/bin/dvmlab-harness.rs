@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use dvmlab_harness::{gc, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
@@ -92,6 +95,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// Set by SIGINT/SIGTERM, so `--hold` ends early and the cluster is still torn down.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: i32) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+fn catch_interrupts() -> Result<(), String> {
+    let action = SigAction::new(
+        SigHandler::Handler(on_interrupt),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { sigaction(sig, &action) }.map_err(|e| format!("installing {sig} handler: {e}"))?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
 fn up(
     nodes: usize,
     radix: u32,
@@ -104,6 +128,10 @@ fn up(
     if ip != 4 && ip != 6 {
         return Err("--ip must be 4 or 6".into());
     }
+    if !(hold.is_finite() && (0.0..=1e6).contains(&hold)) {
+        return Err("--hold must be a number of seconds from 0 to 1000000".into());
+    }
+    catch_interrupts()?;
     let backend = match backend {
         Some(Backend::Netns) => BackendKind::Netns,
         Some(Backend::Process) => BackendKind::Process,
@@ -187,7 +215,10 @@ fn up(
     }
     if hold > 0.0 {
         println!("holding for {hold}s (Ctrl-C ends it early and still cleans up)");
-        std::thread::sleep(Duration::from_secs_f64(hold));
+        let until = Instant::now() + Duration::from_secs_f64(hold);
+        while Instant::now() < until && !INTERRUPTED.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     let stopped = pctl_on_ctl(&["stop"]);
     println!("{}", stopped.unwrap_or_else(|e| e));

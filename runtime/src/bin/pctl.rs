@@ -82,8 +82,8 @@ fn main() -> ExitCode {
     if let Some(c) = &cli.conf {
         pairs.push((CONF_PARAM.to_string(), c.clone()));
     }
-    if !(cli.timeout.is_finite() && cli.timeout > 0.0) {
-        eprintln!("pctl: --timeout must be a positive number of seconds");
+    if !(cli.timeout.is_finite() && cli.timeout > 0.0 && cli.timeout <= 1e6) {
+        eprintln!("pctl: --timeout must be a number of seconds above 0 and at most 1000000");
         return ExitCode::from(2);
     }
     let timeout = Duration::from_secs_f64(cli.timeout);
@@ -188,8 +188,11 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
             }
         }
         Command::Wait { within } => {
-            if !(within.is_finite() && within >= 0.0) {
-                return Err(Failure(2, "--within must be a number of seconds".into()));
+            if !(within.is_finite() && (0.0..=1e6).contains(&within)) {
+                return Err(Failure(
+                    2,
+                    "--within must be a number of seconds from 0 to 1000000".into(),
+                ));
             }
             let deadline = Instant::now() + Duration::from_secs_f64(within);
             let mut last: String;

@@ -88,6 +88,7 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
     let listener = listen(own).map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot listen on {own} (DVMPort): {e}"))
     })?;
+    let mut signals = Signals::new()?;
     let uri = p.uri_of(p.identity.rank, p.own).to_string();
     let session_dir = s.session_dir(&p.identity.host, p.identity.rank);
     let session = session::Session::create(&session_dir, &uri).map_err(|e| {
@@ -159,7 +160,6 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
     let mut formed_at: Option<u64> = None;
     let mut pending = node.handle(Duration::ZERO, Input::Start);
-    let mut signals = Signals::new()?;
 
     'main: loop {
         for out in pending.drain(..) {
@@ -191,8 +191,10 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
                     });
                 }
                 Output::Note(n) => {
-                    if matches!(n, Note::DvmReady { .. }) {
-                        formed_at = Some(unix_ms());
+                    match n {
+                        Note::DvmReady { .. } => formed_at = Some(unix_ms()),
+                        Note::DvmIncomplete { .. } => formed_at = None,
+                        _ => {}
                     }
                     log_note(&n, &states);
                 }
