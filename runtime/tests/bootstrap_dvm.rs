@@ -614,3 +614,37 @@ fn keep_fqdn_hostnames_decides_whether_names_match_short_or_fully_qualified() {
         "{err}"
     );
 }
+
+#[test]
+fn a_frozen_parent_is_found_out_by_heartbeats_its_children_heal_past_it_and_it_rejoins_when_thawed()
+{
+    let Some(b) = backend("frozen parent", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(6);
+    let conf = conf_for(6)
+        .set("DVMRadix", 2)
+        .set("DVMConnectMaxTime", "0.5");
+    let mut dvm = Dvm::with_spec("frozen", b, IpMode::V4, &hosts, &conf, |s| {
+        s.env
+            .push(("PRTE_MCA_dvmlab_heartbeat_interval".into(), "0.2".into()))
+    });
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    // Rank 1 (children 3 and 5) stops dead: no FIN, its kernel still accepts connections.
+    dvm.cluster.freeze("n01").unwrap();
+    let s = dvm.wait_status(Duration::from_secs(20), "3 and 5 healed to 0", |s| {
+        s.members[1].state == MemberState::Lost
+            && s.members[3].parent == Some(0)
+            && s.members[5].parent == Some(0)
+    });
+    assert!(!s.formed);
+    assert!(dvm.cluster.log("ctl").contains("silent for 3 heartbeats"));
+    let (ok, out, err) = dvm.pctl(&["ping", "3"]);
+    assert!(ok, "{out}{err}");
+    dvm.cluster.thaw("n01").unwrap();
+    dvm.wait_formed(Duration::from_secs(20));
+    let (ok, out, err) = dvm.pctl(&["ping", "--all"]);
+    assert!(ok, "{out}{err}");
+    dvm.stop_cleanly(&hosts);
+}

@@ -16,7 +16,8 @@ use dvmlab_runtime::daemon;
 ///
 /// Parameters (`--prtemca NAME VALUE`, or the environment variable PRTE_MCA_<NAME>):
 /// prte_bootstrap_conf, prte_dvm_port, prte_if_include, prte_keep_fqdn_hostnames,
-/// rml_base_radix, prte_bootstrap_retry_initial_delay. For the keys that seed them
+/// rml_base_radix, prte_bootstrap_retry_initial_delay, dvmlab_heartbeat_interval. For the
+/// keys that seed them
 /// (DVMPort, DVMNetworks, KeepFQDNHostnames, DVMRadix) the command line beats prte.conf,
 /// which beats the environment.
 ///

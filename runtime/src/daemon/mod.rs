@@ -31,8 +31,9 @@ use crate::wire::{Frame, FrameCodec, Hello, Peer};
 
 pub use logging::init as init_logging;
 
-/// How long a peer has to say hello, and a connect attempt to complete.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a connect attempt may take; the hello exchange gets as long as a link may stay
+/// silent (`MISSED_HEARTBEATS` intervals), since a peer that accepts but never answers (a
+/// frozen daemon's kernel still completes the TCP handshake) is as good as dead.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The log file this daemon writes besides stderr, if `prte.conf` names one.
@@ -76,6 +77,7 @@ struct LinkHandle {
 /// Shared by the tasks that create connections.
 struct Ctx {
     events: mpsc::UnboundedSender<Event>,
+    handshake: Duration,
     next_link: AtomicU64,
     nspace: String,
     me: Peer,
@@ -140,6 +142,7 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let ctx = Arc::new(Ctx {
         events: tx,
+        handshake: s.heartbeat * MISSED_HEARTBEATS,
         next_link: AtomicU64::new(1),
         nspace: p.identity.nspace.clone(),
         me: Peer::Daemon {
@@ -362,12 +365,12 @@ async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
     let mut frames = FramedRead::new(read, FrameCodec::default());
-    let hello = match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
+    let hello = match tokio::time::timeout(ctx.handshake, frames.next()).await {
         Ok(Some(Ok(Frame::Hello(h)))) => h,
         Ok(Some(Ok(_))) => return warn!("{peer}: first frame was not a hello; dropped"),
         Ok(Some(Err(e))) => return warn!("{peer}: {e}; dropped"),
         Ok(None) => return debug!("{peer}: closed before hello"),
-        Err(_) => return warn!("{peer}: no hello within {HANDSHAKE_TIMEOUT:?}; dropped"),
+        Err(_) => return warn!("{peer}: no hello within {:?}; dropped", ctx.handshake),
     };
     if let Some(reason) = hello.mismatch(&ctx.nspace) {
         warn!("{peer}: refused: {reason}");
@@ -465,12 +468,12 @@ async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
         .await
         .map_err(|e| format!("hello to {addr}: {e}"))?;
     let mut frames = FramedRead::new(read, FrameCodec::default());
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, frames.next()).await {
+    match tokio::time::timeout(ctx.handshake, frames.next()).await {
         Ok(Some(Ok(Frame::Welcome { .. }))) => Ok((sink.into_inner(), frames)),
         Ok(Some(Ok(Frame::Refuse { reason }))) => Err(format!("{addr} refused: {reason}")),
         Ok(Some(Ok(other))) => Err(format!("{addr} answered hello with {other:?}")),
         Ok(Some(Err(e))) => Err(format!("{addr}: {e}")),
         Ok(None) => Err(format!("{addr} closed during hello")),
-        Err(_) => Err(format!("{addr}: no welcome within {HANDSHAKE_TIMEOUT:?}")),
+        Err(_) => Err(format!("{addr}: no welcome within {:?}", ctx.handshake)),
     }
 }
