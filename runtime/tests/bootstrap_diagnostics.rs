@@ -308,6 +308,23 @@ fn ipv6_only_dvm_listens_and_connects_on_ipv6_alone() {
     dvm.stop_cleanly(&hosts);
 }
 
+/// `prted --bootstrap --show-identity --json` on n01 with `conf`, extra flags and environment.
+fn show_identity(
+    dvm: &Dvm,
+    conf: &str,
+    cli: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    dvm.cluster.set_host_conf("n01", conf).unwrap();
+    let mut argv: Vec<String> = [PRTED, "--bootstrap", "--show-identity", "--json"]
+        .map(String::from)
+        .to_vec();
+    argv.extend(cli.iter().map(|s| s.to_string()));
+    let mut cmd = dvm.cluster.command("n01", &argv).unwrap();
+    cmd.envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
 #[test]
 fn command_line_beats_prte_conf_which_beats_the_environment() {
     let Some(b) = backend("precedence", Needs::AnyBackend) else {
@@ -316,14 +333,7 @@ fn command_line_beats_prte_conf_which_beats_the_environment() {
     let hosts: Vec<String> = ["ctl", "n01"].map(String::from).to_vec();
     let dvm = Dvm::new("prec", b, IpMode::V4, &hosts, &PrteConf::new());
     let identity = |conf: &str, cli: &[&str], env: &[(&str, &str)]| -> serde_json::Value {
-        dvm.cluster.set_host_conf("n01", conf).unwrap();
-        let mut argv: Vec<String> = [PRTED, "--bootstrap", "--show-identity", "--json"]
-            .map(String::from)
-            .to_vec();
-        argv.extend(cli.iter().map(|s| s.to_string()));
-        let mut cmd = dvm.cluster.command("n01", &argv).unwrap();
-        cmd.envs(env.iter().copied());
-        let out = cmd.output().unwrap();
+        let out = show_identity(&dvm, conf, cli, env);
         assert!(
             out.status.success(),
             "{}",
@@ -380,14 +390,7 @@ fn keep_fqdn_hostnames_in_prte_conf_beats_the_environment_and_loses_to_the_comma
     });
     let other = "DVMNodes=n01.other.example\nDVMControllerHost=ctl.other.example\n";
     let run = |conf: &str, cli: &[&str], env: &[(&str, &str)]| -> (bool, String) {
-        dvm.cluster.set_host_conf("n01", conf).unwrap();
-        let mut argv: Vec<String> = [PRTED, "--bootstrap", "--show-identity", "--json"]
-            .map(String::from)
-            .to_vec();
-        argv.extend(cli.iter().map(|s| s.to_string()));
-        let mut cmd = dvm.cluster.command("n01", &argv).unwrap();
-        cmd.envs(env.iter().copied());
-        let out = cmd.output().unwrap();
+        let out = show_identity(&dvm, conf, cli, env);
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stderr).to_string(),
