@@ -301,10 +301,6 @@ impl Cluster {
         &self.dir
     }
 
-    pub fn backend(&self) -> BackendKind {
-        self.spec.backend
-    }
-
     pub fn hosts(&self) -> &[HostInfo] {
         &self.hosts
     }

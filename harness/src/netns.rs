@@ -180,11 +180,6 @@ impl NetnsWorld {
         sw
     }
 
-    /// The namespace name of host `i`.
-    pub fn namespace(&self, i: usize) -> &str {
-        &self.hosts[i]
-    }
-
     /// Makes `cmd` start inside host `i`: its network namespace, a new UTS namespace named
     /// `hostname`, and a private mount namespace where `etc_dir` overlays `/etc`.
     pub fn enter(

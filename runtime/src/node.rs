@@ -251,16 +251,6 @@ impl Node {
         self.formed
     }
 
-    /// Ranks currently reachable below this daemon.
-    pub fn reachable_below(&self) -> BTreeSet<Rank> {
-        self.routes.keys().copied().collect()
-    }
-
-    /// The rank this daemon is connected to upward, if connected.
-    pub fn parent_link(&self) -> Option<Rank> {
-        self.up.map(|(_, r)| r)
-    }
-
     /// Feeds one input at monotonic time `now`; returns what to do.
     pub fn handle(&mut self, now: Duration, input: Input) -> Vec<Output> {
         match input {

@@ -2,7 +2,7 @@
 //! through `pctl` like an operator would.
 #![allow(dead_code)]
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
 use dvmlab_runtime::contract::StatusReport;
@@ -181,9 +181,4 @@ pub fn unix_ms() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Milliseconds since `t`.
-pub fn ms_since(t: Instant) -> u128 {
-    t.elapsed().as_millis()
 }
