@@ -109,7 +109,7 @@ pub struct HostInfo {
     pub second: Vec<IpAddr>,
 }
 
-enum World {
+pub(crate) enum World {
     Netns(NetnsWorld),
     /// The block is held for its lifetime: dropping it releases the reservation.
     Process {
@@ -140,12 +140,14 @@ fn own_group_dying_with_us(cmd: &mut Command) {
 /// A running cluster. Everything it created is removed on drop; if the thread is panicking
 /// (a failed test), the tail of every host's log is printed first and the run directory kept.
 pub struct Cluster {
-    spec: ClusterSpec,
+    pub(crate) spec: ClusterSpec,
     run: String,
     dir: PathBuf,
     hosts: Vec<HostInfo>,
-    world: Option<World>,
+    pub(crate) world: Option<World>,
     procs: HashMap<String, Child>,
+    pub(crate) faults: crate::faults::Faults,
+    keep: bool,
 }
 
 impl Cluster {
@@ -225,6 +227,8 @@ impl Cluster {
             hosts,
             world: Some(world),
             procs: HashMap::new(),
+            faults: Default::default(),
+            keep: false,
         };
         c.write_files()
             .map_err(|e| format!("writing host files: {e}"))?;
@@ -421,12 +425,38 @@ impl Cluster {
         self.wait_exit(host, Duration::from_secs(10)).map(|_| ())
     }
 
+    /// Stops the daemon on `host` dead (SIGSTOP to its process group): no FIN, no answer,
+    /// while its kernel still accepts connections. Returns once the kernel shows it stopped.
     pub fn freeze(&mut self, host: &str) -> Result<(), String> {
-        self.signal(host, Signal::SIGSTOP)
+        self.signal(host, Signal::SIGSTOP)?;
+        self.wait_stopped(host, true)
     }
 
+    /// Lets a frozen daemon run again; returns once the kernel shows it running.
     pub fn thaw(&mut self, host: &str) -> Result<(), String> {
-        self.signal(host, Signal::SIGCONT)
+        self.signal(host, Signal::SIGCONT)?;
+        self.wait_stopped(host, false)
+    }
+
+    fn wait_stopped(&self, host: &str, stopped: bool) -> Result<(), String> {
+        let pid = self
+            .pid(host)
+            .ok_or_else(|| format!("{host} was not started"))?;
+        wait_until(Duration::from_secs(5), Duration::from_millis(5), || {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_err(|e| format!("{host} (pid {pid}): {e}"))?;
+            // The state follows the parenthesised command name, which may contain spaces.
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .unwrap_or("?");
+            if (state == "T") == stopped {
+                Ok(())
+            } else {
+                Err(format!("{host} (pid {pid}) is in state {state}"))
+            }
+        })
+        .map_err(|e| format!("fault not verified: {e}"))
     }
 
     /// Cuts `host` off the network (netns only); `false` reconnects it.
@@ -535,6 +565,8 @@ impl Cluster {
     }
 
     fn teardown(&mut self) {
+        // Relays first: they live in the switch namespace that goes next.
+        self.faults = Default::default();
         for (_, mut c) in self.procs.drain() {
             let _ = killpg(Pid::from_raw(c.id() as i32), Signal::SIGKILL);
             let _ = c.kill();
@@ -546,6 +578,17 @@ impl Cluster {
     /// Tears everything down now (also done on drop).
     pub fn destroy(mut self) {
         self.teardown();
+    }
+
+    /// Keeps the run directory (logs, configuration files) when the cluster is torn down:
+    /// for a test that failed without panicking.
+    pub fn keep_run_dir(&mut self) {
+        self.keep = true;
+    }
+
+    /// The log file of `host` (it exists once the daemon was started there).
+    pub fn log_file(&self, host: &str) -> PathBuf {
+        self.log_path(host)
     }
 
     /// The run's name (the prefix of its namespaces).
@@ -561,7 +604,7 @@ impl Drop for Cluster {
             eprintln!("{}", self.logs_tail(40));
         }
         self.teardown();
-        if failed {
+        if failed || self.keep {
             eprintln!("run directory kept: {}", self.dir.display());
         } else {
             let _ = fs::remove_dir_all(&self.dir);

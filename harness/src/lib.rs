@@ -14,13 +14,19 @@
 pub mod addr;
 pub mod cluster;
 pub mod conf;
+mod faults;
 pub mod gc;
+pub mod linkem;
 pub mod netns;
+pub mod partition;
 pub mod process;
+pub mod schedule;
 pub mod wait;
 
 pub use cluster::{BackendKind, Cluster, ClusterSpec, HostInfo, IpMode};
 pub use conf::PrteConf;
+pub use linkem::Impairment;
+pub use partition::{Direction, PartitionId};
 pub use wait::wait_until;
 
 /// Prefix of every namespace, directory and lock the harness creates, so `gc` finds them.

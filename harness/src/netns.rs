@@ -28,7 +28,7 @@ pub struct NetnsWorld {
 }
 
 /// Runs `ip -b -` (optionally inside namespace `ns`) with `lines` as the batch.
-fn ip_batch(ns: Option<&str>, lines: &[String]) -> io::Result<()> {
+pub(crate) fn ip_batch(ns: Option<&str>, lines: &[String]) -> io::Result<()> {
     let mut cmd = Command::new("ip");
     if let Some(n) = ns {
         cmd.args(["-n", n]);
@@ -228,6 +228,16 @@ impl NetnsWorld {
             lines.push(format!("link set g{i} {state}"));
         }
         ip_batch(Some(&self.switch), &lines)
+    }
+
+    /// The switch namespace, where bridges, partition rules and link relays live.
+    pub(crate) fn switch(&self) -> &str {
+        &self.switch
+    }
+
+    /// Host `i`'s network namespace.
+    pub(crate) fn host_ns(&self, i: usize) -> &str {
+        &self.hosts[i]
     }
 
     /// Deletes every namespace (killing what runs inside); links and bridges go with them.

@@ -1,0 +1,321 @@
+//! The network faults a test injects into a netns cluster: partitions between host sets (both
+//! ways or one way) and impaired links (delay, jitter, loss, duplication). Every call returns
+//! only once the fault is shown to be in effect, or fails saying why it could not be shown:
+//! a test must never rely on a fault that did not happen.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::IpAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::cluster::{Cluster, World};
+use crate::linkem::{self, Impairment, Relay};
+use crate::netns::{ip_batch, PORTS_PER_BRIDGE};
+use crate::partition::{self, Direction, PartitionId, PROBE_WAIT, TABLE};
+
+/// The faults currently injected into a cluster.
+#[derive(Default)]
+pub(crate) struct Faults {
+    table_ready: bool,
+    next_id: u32,
+    partitions: HashMap<PartitionId, (String, String, Direction)>,
+    relays: HashMap<usize, Relay>,
+}
+
+/// What a probe from one host to another showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProbeSeen {
+    /// The SYN reached the switch.
+    sent: bool,
+    /// The SYN got through the partition rules.
+    passed: bool,
+}
+
+impl Cluster {
+    fn netns_world(&self, what: &str) -> Result<&crate::netns::NetnsWorld, String> {
+        match self.world.as_ref() {
+            Some(World::Netns(w)) => Ok(w),
+            _ => Err(format!("{what} needs the netns backend")),
+        }
+    }
+
+    fn addrs_of(&self, hosts: &[&str]) -> Result<Vec<IpAddr>, String> {
+        let mut v = Vec::new();
+        for h in hosts {
+            let info = self.host(h)?;
+            v.extend([info.v4, info.v6].into_iter().flatten());
+            v.extend(info.second.iter().copied());
+        }
+        Ok(v)
+    }
+
+    /// The address probes use between `src` and `dst`: a family both have.
+    fn probe_pair(&self, src: &str, dst: &str) -> Result<(IpAddr, IpAddr), String> {
+        let (s, d) = (self.host(src)?, self.host(dst)?);
+        match (s.v4, d.v4, s.v6, d.v6) {
+            (Some(a), Some(b), _, _) => Ok((a, b)),
+            (_, _, Some(a), Some(b)) => Ok((a, b)),
+            _ => Err(format!("{src} and {dst} share no address family")),
+        }
+    }
+
+    /// Sends one probe from `src` to `dst` and reads the switch's counters for it.
+    fn probe(&self, src: &str, dst: &str) -> Result<ProbeSeen, String> {
+        let sw = self.netns_world("probing")?.switch().to_string();
+        let (a, b) = self.probe_pair(src, dst)?;
+        partition::nft(
+            &sw,
+            &format!(
+                "{}{}",
+                partition::probe_rule("seen", a, b),
+                partition::probe_rule("passed", a, b)
+            ),
+        )?;
+        self.exec_within(src, &partition::probe_argv(b), PROBE_WAIT)?;
+        let seen = ProbeSeen {
+            sent: partition::probe_count(&sw, "seen", a, b)? > 0,
+            passed: partition::probe_count(&sw, "passed", a, b)? > 0,
+        };
+        partition::nft(
+            &sw,
+            &format!("flush chain {TABLE} seen\nflush chain {TABLE} passed\n"),
+        )?;
+        Ok(seen)
+    }
+
+    /// Checks that traffic `src` → `dst` is blocked (or passes, if `blocked` is false).
+    fn verify_path(&self, src: &str, dst: &str, blocked: bool) -> Result<(), String> {
+        let seen = self.probe(src, dst)?;
+        if !seen.sent {
+            return Err(format!(
+                "fault not verified: a probe from {src} to {dst} never reached the switch"
+            ));
+        }
+        if seen.passed == blocked {
+            return Err(format!(
+                "fault not verified: a probe from {src} to {dst} {}",
+                if blocked {
+                    "got through the partition"
+                } else {
+                    "was dropped although nothing should block it"
+                }
+            ));
+        }
+        Ok(())
+    }
+
+    /// Partitions hosts `a` from hosts `b`: traffic from `a` to `b` is dropped, and with
+    /// [`Direction::Both`] traffic from `b` to `a` too. Returns once probes show it.
+    pub fn partition<S: AsRef<str>>(
+        &mut self,
+        a: &[S],
+        b: &[S],
+        dir: Direction,
+    ) -> Result<PartitionId, String> {
+        let a: Vec<&str> = a.iter().map(|s| s.as_ref()).collect();
+        let b: Vec<&str> = b.iter().map(|s| s.as_ref()).collect();
+        let (Some(x), Some(y)) = (a.first().copied(), b.first().copied()) else {
+            return Err("a partition needs a host on each side".into());
+        };
+        if let Some(h) = a.iter().find(|h| b.contains(h)) {
+            return Err(format!("{h} is on both sides of the partition"));
+        }
+        let sw = self.netns_world("a partition")?.switch().to_string();
+        let (fa, fb) = (self.addrs_of(&a)?, self.addrs_of(&b)?);
+        if !self.faults.table_ready {
+            partition::nft(&sw, &partition::table_script())?;
+            self.faults.table_ready = true;
+        }
+        let id = PartitionId(self.faults.next_id);
+        self.faults.next_id += 1;
+        let chain = format!("p{}", id.0);
+        let mut script = format!(
+            "add chain {TABLE} {chain}\nadd rule {TABLE} cut jump {chain}\n{}",
+            partition::drop_rules(&chain, &fa, &fb)
+        );
+        if dir == Direction::Both {
+            script.push_str(&partition::drop_rules(&chain, &fb, &fa));
+        }
+        partition::nft(&sw, &script)?;
+        self.faults
+            .partitions
+            .insert(id, (x.to_string(), y.to_string(), dir));
+        std::thread::scope(|s| {
+            let fwd = s.spawn(|| self.verify_path(x, y, true));
+            let back = self.verify_path(y, x, dir == Direction::Both);
+            fwd.join()
+                .unwrap_or_else(|_| Err("probe thread panicked".into()))
+                .and(back)
+        })?;
+        Ok(id)
+    }
+
+    /// Removes one partition; returns once traffic is shown to pass again.
+    pub fn heal(&mut self, id: PartitionId) -> Result<(), String> {
+        let sw = self.netns_world("healing")?.switch().to_string();
+        let (x, y, _) = self
+            .faults
+            .partitions
+            .remove(&id)
+            .ok_or_else(|| format!("no partition {id:?}"))?;
+        partition::nft(&sw, &format!("flush chain {TABLE} p{}\n", id.0))?;
+        if self
+            .faults
+            .partitions
+            .values()
+            .any(|(a, b, _)| (a == &x && b == &y) || (a == &y && b == &x))
+        {
+            // Another partition still separates the probe pair: nothing to show yet.
+            return Ok(());
+        }
+        self.verify_path(&x, &y, false)?;
+        self.verify_path(&y, &x, false)
+    }
+
+    /// Removes every partition.
+    pub fn heal_all(&mut self) -> Result<(), String> {
+        let ids: Vec<PartitionId> = self.faults.partitions.keys().copied().collect();
+        for id in ids {
+            self.heal(id)?;
+        }
+        Ok(())
+    }
+
+    /// Puts `host`'s link (its first network) through the link emulator, replacing any earlier
+    /// impairment. Returns once a probe is shown to pass through the emulator (and, for a
+    /// delay, to take at least that long each way).
+    pub fn impair(&mut self, host: &str, imp: Impairment) -> Result<(), String> {
+        self.unimpair(host)?;
+        let i = self.host(host)?.index;
+        let peer = self
+            .hosts()
+            .iter()
+            .find(|h| h.name != host)
+            .map(|h| h.name.clone())
+            .ok_or("impairing a link needs a second host to probe")?;
+        let w = self.netns_world("impairing a link")?;
+        let sw = w.switch().to_string();
+        let br = format!("br{}", i / PORTS_PER_BRIDGE);
+        ip_batch(
+            Some(&sw),
+            &[
+                format!("link add ri{i} type veth peer name rb{i}"),
+                format!("link set h{i} nomaster"),
+                format!("link set h{i} promisc on"),
+                format!("link set ri{i} promisc on up"),
+                format!("link set rb{i} master {br} up"),
+            ],
+        )
+        .map_err(|e| format!("rewiring {host}'s link: {e}"))?;
+        let nsfile = File::open(Path::new("/var/run/netns").join(&sw))
+            .map_err(|e| format!("opening namespace {sw}: {e}"))?;
+        let relay = linkem::start(nsfile, &format!("h{i}"), &format!("ri{i}"), imp)
+            .map_err(|e| format!("starting the link emulator for {host}: {e}"));
+        let relay = match relay {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = self.rewire_back(i);
+                return Err(e);
+            }
+        };
+        self.faults.relays.insert(i, relay);
+        self.verify_impairment(host, &peer, i, imp)
+    }
+
+    fn verify_impairment(
+        &self,
+        host: &str,
+        peer: &str,
+        i: usize,
+        imp: Impairment,
+    ) -> Result<(), String> {
+        let (_, dst) = self.probe_pair(host, peer)?;
+        let relay = self.faults.relays.get(&i).ok_or("link emulator vanished")?;
+        let before = relay
+            .stats
+            .forwarded
+            .load(std::sync::atomic::Ordering::Relaxed);
+        // With loss configured a single probe may be dropped: TCP retries the SYN, so a
+        // refusal still arrives within the wait unless the loss is extreme.
+        let wait = PROBE_WAIT + imp.delay * 4 + imp.jitter * 4;
+        let started = Instant::now();
+        let (status, _, err) = self.exec_within(host, &partition::probe_argv(dst), wait)?;
+        let took = started.elapsed();
+        let after = relay
+            .stats
+            .forwarded
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if after <= before {
+            return Err(format!(
+                "fault not verified: no frame of {host} went through its link emulator"
+            ));
+        }
+        if status.is_none() && imp.loss < 0.5 {
+            return Err(format!(
+                "fault not verified: a probe from {host} through its emulated link got no \
+                 answer within {wait:?}: {err}"
+            ));
+        }
+        let floor = (imp.delay * 2).saturating_sub(imp.jitter * 2);
+        if status.is_some() && took < floor {
+            return Err(format!(
+                "fault not verified: a round trip from {host} took {took:?}, less than the \
+                 configured delay both ways ({floor:?})"
+            ));
+        }
+        Ok(())
+    }
+
+    fn rewire_back(&self, i: usize) -> Result<(), String> {
+        let sw = self.netns_world("restoring a link")?.switch().to_string();
+        let br = format!("br{}", i / PORTS_PER_BRIDGE);
+        ip_batch(
+            Some(&sw),
+            &[
+                format!("link set h{i} master {br}"),
+                format!("link del ri{i}"),
+            ],
+        )
+        .map_err(|e| format!("restoring host {i}'s link: {e}"))
+    }
+
+    /// Takes `host`'s link out of the emulator (no-op if it is not impaired); returns once a
+    /// probe passes the plain link again.
+    pub fn unimpair(&mut self, host: &str) -> Result<(), String> {
+        let i = self.host(host)?.index;
+        let Some(relay) = self.faults.relays.remove(&i) else {
+            return Ok(());
+        };
+        drop(relay);
+        self.rewire_back(i)?;
+        let peer = self
+            .hosts()
+            .iter()
+            .find(|h| h.name != host)
+            .map(|h| h.name.clone())
+            .ok_or("restoring a link needs a second host to probe")?;
+        // The bridge may still send frames for this host to the removed port until it
+        // relearns its address: wait for a probe to be refused, not dropped.
+        crate::wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+            let (_, dst) = self.probe_pair(host, &peer)?;
+            let (st, _, _) = self.exec_within(host, &partition::probe_argv(dst), PROBE_WAIT)?;
+            st.map(|_| ())
+                .ok_or_else(|| format!("{host}'s restored link does not carry a probe yet"))
+        })
+    }
+
+    /// The frames each impaired host's emulator has forwarded, dropped and duplicated.
+    pub fn impairment_stats(&self, host: &str) -> Option<(u64, u64, u64)> {
+        let i = self.host(host).ok()?.index;
+        let s = &self.faults.relays.get(&i)?.stats;
+        let o = std::sync::atomic::Ordering::Relaxed;
+        Some((s.forwarded.load(o), s.dropped.load(o), s.duplicated.load(o)))
+    }
+
+    /// Namespace of host `host` (netns backend), for tools a test runs against it.
+    pub fn namespace_of(&self, host: &str) -> Result<String, String> {
+        let i = self.host(host)?.index;
+        Ok(self.netns_world("a host namespace")?.host_ns(i).to_string())
+    }
+}

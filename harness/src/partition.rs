@@ -1,0 +1,162 @@
+//! Network partitions between sets of hosts, enforced like a switch ACL: nftables rules in the
+//! bridge family of the cluster's switch namespace drop the frames that carry IP traffic from
+//! one set to the other. Neither the hosts nor the daemons see any rule; packets just vanish,
+//! so TCP times out exactly as on a cut cable.
+//!
+//! Every change is verified with probes before it is reported done: a TCP SYN to port 9 from a
+//! representative host of one side to one of the other is counted by a chain that runs before
+//! the partition rules (the frame was sent) and by one that runs after them (the frame got
+//! through).
+
+use std::io::Write;
+use std::net::IpAddr;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Which directions a partition blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Nothing passes between the two sets.
+    Both,
+    /// Traffic from the first set to the second is dropped; the other way passes.
+    OneWay,
+}
+
+/// Handle of an installed partition, for [`crate::Cluster::heal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PartitionId(pub(crate) u32);
+
+pub(crate) const TABLE: &str = "bridge dvl";
+/// The port probes are sent to: nothing listens there, so a probe that gets through is
+/// refused at once, and one that is dropped times out.
+pub(crate) const PROBE_PORT: u16 = 9;
+
+/// Runs an nft script inside namespace `ns`.
+pub(crate) fn nft(ns: &str, script: &str) -> Result<String, String> {
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running nft in {ns}: {e} (is nftables installed?)"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| format!("nft script to {ns}: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("nft in {ns}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft in {ns} refused:\n{script}\n{}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Lists one chain of the table inside namespace `ns`, as nft's JSON.
+fn list_chain(ns: &str, chain: &str) -> Result<serde_json::Value, String> {
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "nft", "-j", "list", "chain", "bridge", "dvl", chain,
+        ])
+        .output()
+        .map_err(|e| format!("running nft in {ns}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft list chain {chain} in {ns}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("nft JSON from {ns}: {e}"))
+}
+
+/// The script that creates the table: `seen` counts probes before any partition rule,
+/// `cut` holds one jump per partition, `passed` counts probes that got through.
+pub(crate) fn table_script() -> String {
+    format!(
+        "add table {TABLE}\n\
+         add chain {TABLE} seen {{ type filter hook forward priority -10; policy accept; }}\n\
+         add chain {TABLE} cut {{ type filter hook forward priority 0; policy accept; }}\n\
+         add chain {TABLE} passed {{ type filter hook forward priority 10; policy accept; }}\n"
+    )
+}
+
+fn family(a: &IpAddr) -> &'static str {
+    if a.is_ipv4() {
+        "ip"
+    } else {
+        "ip6"
+    }
+}
+
+fn set_of(addrs: &[IpAddr], v4: bool) -> Option<String> {
+    let v: Vec<String> = addrs
+        .iter()
+        .filter(|a| a.is_ipv4() == v4)
+        .map(|a| a.to_string())
+        .collect();
+    (!v.is_empty()).then(|| format!("{{ {} }}", v.join(", ")))
+}
+
+/// Rules (for chain `chain`) dropping every IP packet from `from` to `to`.
+pub(crate) fn drop_rules(chain: &str, from: &[IpAddr], to: &[IpAddr]) -> String {
+    let mut s = String::new();
+    for v4 in [true, false] {
+        if let (Some(f), Some(t)) = (set_of(from, v4), set_of(to, v4)) {
+            let fam = if v4 { "ip" } else { "ip6" };
+            s.push_str(&format!(
+                "add rule {TABLE} {chain} {fam} saddr {f} {fam} daddr {t} counter drop\n"
+            ));
+        }
+    }
+    s
+}
+
+/// A counting rule for probes from `src` to `dst`, tagged so [`probe_count`] finds it.
+pub(crate) fn probe_rule(chain: &str, src: IpAddr, dst: IpAddr) -> String {
+    let fam = family(&src);
+    format!(
+        "add rule {TABLE} {chain} {fam} saddr {src} {fam} daddr {dst} tcp dport {PROBE_PORT} \
+         counter comment \"{}\"\n",
+        probe_tag(src, dst)
+    )
+}
+
+fn probe_tag(src: IpAddr, dst: IpAddr) -> String {
+    format!("probe {src} > {dst}")
+}
+
+/// Packets counted so far by the probe rule for `src` → `dst` in `chain`.
+pub(crate) fn probe_count(ns: &str, chain: &str, src: IpAddr, dst: IpAddr) -> Result<u64, String> {
+    let v = list_chain(ns, chain)?;
+    let tag = probe_tag(src, dst);
+    let rules = v["nftables"].as_array().cloned().unwrap_or_default();
+    for r in rules {
+        let rule = &r["rule"];
+        if rule["comment"].as_str() != Some(tag.as_str()) {
+            continue;
+        }
+        for e in rule["expr"].as_array().into_iter().flatten() {
+            if let Some(p) = e["counter"]["packets"].as_u64() {
+                return Ok(p);
+            }
+        }
+    }
+    Err(format!("no probe rule {tag:?} in chain {chain} of {ns}"))
+}
+
+/// How long a probe waits for a refusal before it counts as unanswered.
+pub(crate) const PROBE_WAIT: Duration = Duration::from_millis(1500);
+
+/// The shell command a host runs to send one probe to `dst`.
+pub(crate) fn probe_argv(dst: IpAddr) -> Vec<String> {
+    vec![
+        "bash".into(),
+        "-c".into(),
+        format!("exec 3<>/dev/tcp/{dst}/{PROBE_PORT}"),
+    ]
+}
