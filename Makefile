@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: demo test lint bench build gc clean
+.PHONY: demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -19,6 +19,22 @@ test: lint
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \
 	fi; exit $$status
+
+## The conformance suite alone: every spec item on the reference runtime (default cell).
+conformance:
+	cargo test -p conformance
+
+## The conformance suite in every cell of IPv4/IPv6 x radix {2, 3, 64}.
+conformance-matrix:
+	DVMLAB_IP=4,6 DVMLAB_RADIX=2,3,64 DVMLAB_RESULTS=$(CURDIR)/target/conformance-matrix cargo test -p conformance
+
+## The conformance suite through the worked-example adapter (human-readable status).
+conformance-adapter:
+	DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/human-status-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-adapter cargo test -p conformance
+
+## Rerun the whole suite and rewrite conformance/TRACEABILITY.md with its results.
+traceability:
+	DVMLAB_WRITE_TRACEABILITY=1 cargo test -p conformance -- --include-ignored
 
 lint:
 	cargo fmt --all -- --check

@@ -58,6 +58,8 @@ pub struct ClusterSpec {
     pub backend: BackendKind,
     /// The `prte.conf` every host gets (see [`Cluster::set_host_conf`] for exceptions).
     pub conf: String,
+    /// Where the configuration file is, relative to `/etc` (default `prte.conf`).
+    pub conf_file: String,
     /// The daemon command line, identical on every host.
     pub daemon: Vec<String>,
     /// Extra environment for every process started on a host.
@@ -84,6 +86,7 @@ impl ClusterSpec {
             ip: IpMode::V4,
             backend: BackendKind::Process,
             conf: String::new(),
+            conf_file: "prte.conf".to_string(),
             daemon,
             env: Vec::new(),
             identity_env: DEFAULT_IDENTITY_ENV
@@ -263,7 +266,7 @@ impl Cluster {
             fs::create_dir_all(&etc)?;
             fs::create_dir_all(self.tmp_dir(&h.name))?;
             fs::write(etc.join("hosts"), self.hosts_text())?;
-            fs::write(etc.join("prte.conf"), &self.spec.conf)?;
+            self.set_host_conf(&h.name, &self.spec.conf)?;
         }
         Ok(())
     }
@@ -282,14 +285,23 @@ impl Cluster {
     /// Where this host's `prte.conf` is, as the host sees it.
     pub fn conf_path(&self, host: &str) -> PathBuf {
         match self.spec.backend {
-            BackendKind::Netns => PathBuf::from("/etc/prte.conf"),
-            BackendKind::Process => self.etc_dir(host).join("prte.conf"),
+            BackendKind::Netns => Path::new("/etc").join(&self.spec.conf_file),
+            BackendKind::Process => self.etc_dir(host).join(&self.spec.conf_file),
         }
     }
 
     /// Gives one host a different `prte.conf` (for processes started after this call).
     pub fn set_host_conf(&self, host: &str, text: &str) -> std::io::Result<()> {
-        fs::write(self.etc_dir(host).join("prte.conf"), text)
+        let path = self.etc_dir(host).join(&self.spec.conf_file);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(path, text)
+    }
+
+    /// Removes `host`'s configuration file (for processes started after this call).
+    pub fn remove_host_conf(&self, host: &str) -> std::io::Result<()> {
+        fs::remove_file(self.etc_dir(host).join(&self.spec.conf_file))
     }
 
     /// Gives every host a new `prte.conf` (for processes started after this call).
@@ -604,9 +616,9 @@ impl Drop for Cluster {
             eprintln!("{}", self.logs_tail(40));
         }
         self.teardown();
-        if failed || self.keep {
+        if failed {
             eprintln!("run directory kept: {}", self.dir.display());
-        } else {
+        } else if !self.keep {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }

@@ -60,23 +60,44 @@ impl Cluster {
         }
     }
 
-    /// Sends one probe from `src` to `dst` and reads the switch's counters for it.
-    fn probe(&self, src: &str, dst: &str) -> Result<ProbeSeen, String> {
+    /// Sends one probe for each `(src, dst)` pair, all at once, and reads the switch's
+    /// counters for them.
+    fn probe(&self, pairs: &[(&str, &str)]) -> Result<Vec<ProbeSeen>, String> {
         let sw = self.netns_world("probing")?.switch().to_string();
-        let (a, b) = self.probe_pair(src, dst)?;
-        partition::nft(
-            &sw,
-            &format!(
-                "{}{}",
-                partition::probe_rule("seen", a, b),
-                partition::probe_rule("passed", a, b)
-            ),
-        )?;
-        self.exec_within(src, &partition::probe_argv(b), PROBE_WAIT)?;
-        let seen = ProbeSeen {
-            sent: partition::probe_count(&sw, "seen", a, b)? > 0,
-            passed: partition::probe_count(&sw, "passed", a, b)? > 0,
-        };
+        let addrs: Vec<(IpAddr, IpAddr)> = pairs
+            .iter()
+            .map(|(s, d)| self.probe_pair(s, d))
+            .collect::<Result<_, _>>()?;
+        let rules: String = addrs
+            .iter()
+            .map(|&(a, b)| {
+                partition::probe_rule("seen", a, b) + &partition::probe_rule("passed", a, b)
+            })
+            .collect();
+        partition::nft(&sw, &rules)?;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = pairs
+                .iter()
+                .zip(&addrs)
+                .map(|((src, _), &(_, b))| {
+                    s.spawn(move || self.exec_within(src, &partition::probe_argv(b), PROBE_WAIT))
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("probe thread panicked".into()))
+                    .map(|_| ())
+            })
+        })?;
+        let seen = addrs
+            .iter()
+            .map(|&(a, b)| {
+                Ok(ProbeSeen {
+                    sent: partition::probe_count(&sw, "seen", a, b)? > 0,
+                    passed: partition::probe_count(&sw, "passed", a, b)? > 0,
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         partition::nft(
             &sw,
             &format!("flush chain {TABLE} seen\nflush chain {TABLE} passed\n"),
@@ -84,23 +105,27 @@ impl Cluster {
         Ok(seen)
     }
 
-    /// Checks that traffic `src` → `dst` is blocked (or passes, if `blocked` is false).
-    fn verify_path(&self, src: &str, dst: &str, blocked: bool) -> Result<(), String> {
-        let seen = self.probe(src, dst)?;
-        if !seen.sent {
-            return Err(format!(
-                "fault not verified: a probe from {src} to {dst} never reached the switch"
-            ));
-        }
-        if seen.passed == blocked {
-            return Err(format!(
-                "fault not verified: a probe from {src} to {dst} {}",
-                if blocked {
-                    "got through the partition"
-                } else {
-                    "was dropped although nothing should block it"
-                }
-            ));
+    /// Checks, with one probe per path, that traffic `src` → `dst` is blocked (or passes,
+    /// where `blocked` is false).
+    fn verify_paths(&self, paths: &[(&str, &str, bool)]) -> Result<(), String> {
+        let pairs: Vec<(&str, &str)> = paths.iter().map(|&(s, d, _)| (s, d)).collect();
+        let seen = self.probe(&pairs)?;
+        for (&(src, dst, blocked), seen) in paths.iter().zip(seen) {
+            if !seen.sent {
+                return Err(format!(
+                    "fault not verified: a probe from {src} to {dst} never reached the switch"
+                ));
+            }
+            if seen.passed == blocked {
+                return Err(format!(
+                    "fault not verified: a probe from {src} to {dst} {}",
+                    if blocked {
+                        "got through the partition"
+                    } else {
+                        "was dropped although nothing should block it"
+                    }
+                ));
+            }
         }
         Ok(())
     }
@@ -121,12 +146,8 @@ impl Cluster {
         if let Some(h) = a.iter().find(|h| b.contains(h)) {
             return Err(format!("{h} is on both sides of the partition"));
         }
-        let sw = self.netns_world("a partition")?.switch().to_string();
         let (fa, fb) = (self.addrs_of(&a)?, self.addrs_of(&b)?);
-        if !self.faults.table_ready {
-            partition::nft(&sw, &partition::table_script())?;
-            self.faults.table_ready = true;
-        }
+        let sw = self.ensure_table()?;
         let id = PartitionId(self.faults.next_id);
         self.faults.next_id += 1;
         let chain = format!("p{}", id.0);
@@ -141,14 +162,61 @@ impl Cluster {
         self.faults
             .partitions
             .insert(id, (x.to_string(), y.to_string(), dir));
-        std::thread::scope(|s| {
-            let fwd = s.spawn(|| self.verify_path(x, y, true));
-            let back = self.verify_path(y, x, dir == Direction::Both);
-            fwd.join()
-                .unwrap_or_else(|_| Err("probe thread panicked".into()))
-                .and(back)
-        })?;
+        self.verify_paths(&[(x, y, true), (y, x, dir == Direction::Both)])?;
         Ok(id)
+    }
+
+    fn ensure_table(&mut self) -> Result<String, String> {
+        let sw = self.netns_world("network faults")?.switch().to_string();
+        if !self.faults.table_ready {
+            partition::nft(&sw, &partition::table_script())?;
+            self.faults.table_ready = true;
+        }
+        Ok(sw)
+    }
+
+    /// Starts counting the connection attempts (TCP SYNs) from `src` to `dst`'s `port`, as
+    /// the switch sees them.
+    pub fn watch_connects(&mut self, src: &str, dst: &str, port: u16) -> Result<(), String> {
+        let sw = self.ensure_table()?;
+        let script: String = self
+            .family_pairs(src, dst)?
+            .into_iter()
+            .map(|(a, b)| partition::syn_rule(a, b, port))
+            .collect();
+        partition::nft(&sw, &script).map(|_| ())
+    }
+
+    /// Every (source, destination) address pair of one family between two hosts.
+    fn family_pairs(&self, src: &str, dst: &str) -> Result<Vec<(IpAddr, IpAddr)>, String> {
+        let (s, d) = (self.host(src)?, self.host(dst)?);
+        let mut v = Vec::new();
+        for a in [s.v4, s.v6]
+            .into_iter()
+            .flatten()
+            .chain(s.second.iter().copied())
+        {
+            for b in [d.v4, d.v6]
+                .into_iter()
+                .flatten()
+                .chain(d.second.iter().copied())
+            {
+                if a.is_ipv4() == b.is_ipv4() {
+                    v.push((a, b));
+                }
+            }
+        }
+        Ok(v)
+    }
+
+    /// Connection attempts from `src` to `dst`'s `port` since [`Cluster::watch_connects`].
+    pub fn connects_seen(&self, src: &str, dst: &str, port: u16) -> Result<u64, String> {
+        let sw = self.netns_world("counting connects")?.switch().to_string();
+        let mut n = 0;
+        for (a, b) in self.family_pairs(src, dst)? {
+            n += partition::tagged_count(&sw, "watch", &partition::syn_tag(a, b, port))?;
+        }
+        Ok(n)
     }
 
     /// Removes one partition; returns once traffic is shown to pass again.
@@ -169,8 +237,7 @@ impl Cluster {
             // Another partition still separates the probe pair: nothing to show yet.
             return Ok(());
         }
-        self.verify_path(&x, &y, false)?;
-        self.verify_path(&y, &x, false)
+        self.verify_paths(&[(&x, &y, false), (&y, &x, false)])
     }
 
     /// Removes every partition.

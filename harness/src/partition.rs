@@ -79,6 +79,7 @@ fn list_chain(ns: &str, chain: &str) -> Result<serde_json::Value, String> {
 pub(crate) fn table_script() -> String {
     format!(
         "add table {TABLE}\n\
+         add chain {TABLE} watch {{ type filter hook forward priority -20; policy accept; }}\n\
          add chain {TABLE} seen {{ type filter hook forward priority -10; policy accept; }}\n\
          add chain {TABLE} cut {{ type filter hook forward priority 0; policy accept; }}\n\
          add chain {TABLE} passed {{ type filter hook forward priority 10; policy accept; }}\n"
@@ -116,6 +117,21 @@ pub(crate) fn drop_rules(chain: &str, from: &[IpAddr], to: &[IpAddr]) -> String 
     s
 }
 
+/// A rule (for chain `watch`) counting connection attempts (SYNs) from `src` to `dst`'s
+/// `port`, tagged so [`tagged_count`] finds it.
+pub(crate) fn syn_rule(src: IpAddr, dst: IpAddr, port: u16) -> String {
+    let fam = family(&src);
+    format!(
+        "add rule {TABLE} watch {fam} saddr {src} {fam} daddr {dst} tcp dport {port} \
+         tcp flags & (syn | ack) == syn counter comment \"{}\"\n",
+        syn_tag(src, dst, port)
+    )
+}
+
+pub(crate) fn syn_tag(src: IpAddr, dst: IpAddr, port: u16) -> String {
+    format!("syn {src} > {dst}:{port}")
+}
+
 /// A counting rule for probes from `src` to `dst`, tagged so [`probe_count`] finds it.
 pub(crate) fn probe_rule(chain: &str, src: IpAddr, dst: IpAddr) -> String {
     let fam = family(&src);
@@ -132,12 +148,16 @@ fn probe_tag(src: IpAddr, dst: IpAddr) -> String {
 
 /// Packets counted so far by the probe rule for `src` → `dst` in `chain`.
 pub(crate) fn probe_count(ns: &str, chain: &str, src: IpAddr, dst: IpAddr) -> Result<u64, String> {
+    tagged_count(ns, chain, &probe_tag(src, dst))
+}
+
+/// Packets counted so far by the rule tagged `tag` in `chain`.
+pub(crate) fn tagged_count(ns: &str, chain: &str, tag: &str) -> Result<u64, String> {
     let v = list_chain(ns, chain)?;
-    let tag = probe_tag(src, dst);
     let rules = v["nftables"].as_array().cloned().unwrap_or_default();
     for r in rules {
         let rule = &r["rule"];
-        if rule["comment"].as_str() != Some(tag.as_str()) {
+        if rule["comment"].as_str() != Some(tag) {
             continue;
         }
         for e in rule["expr"].as_array().into_iter().flatten() {

@@ -1,0 +1,391 @@
+//! Wireup under races and faults: late controllers, retry with backoff, healing past missing
+//! parents, partitions, bad links, and seeded random fault schedules.
+
+use std::time::{Duration, Instant};
+
+use dvmlab_harness::schedule::{Schedule, ScheduleSpec};
+use dvmlab_harness::{Direction, Impairment};
+
+use super::{cell_nodes, conf, membership, with_ctl, FORM};
+use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
+use crate::status::{tree_parent, MemberState, Status};
+use crate::sut::{node_names, Ctx, Dvm};
+
+pub fn controller_booted_20_seconds_late_still_forms_the_dvm(ctx: &Ctx) -> Verdict {
+    let nodes = node_names(4);
+    let hosts = with_ctl(&nodes);
+    let mut dvm = Dvm::new(ctx, "late-ctl", &hosts, &conf(ctx, &nodes))?;
+    dvm.start_many(&nodes)?;
+    let since = Instant::now();
+    ctx.note("started every daemon but the controller");
+    // The lateness is the test's premise, not a guess at how long something takes.
+    while since.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(500));
+        for h in &nodes {
+            check(
+                dvm.cluster.is_running(h),
+                format!("the daemon on {h} keeps retrying while the controller is absent"),
+                format!("it exited after {:?}", since.elapsed()),
+            )?;
+        }
+    }
+    dvm.start("ctl")?;
+    ctx.note("started the controller 20 s late");
+    let s = dvm.wait_formed(FORM)?;
+    membership(&s, &hosts, ctx.cell.radix)?;
+    dvm.stop()
+}
+
+pub fn retries_to_the_controller_back_off_up_to_the_max_delay(ctx: &Ctx) -> Verdict {
+    ctx.need_netns("counting connection attempts at the switch")?;
+    let nodes = node_names(2);
+    let hosts = with_ctl(&nodes);
+    let base = conf(ctx, &nodes);
+    let port = 7817;
+    let mut dvm = Dvm::new(ctx, "backoff", &hosts, &base)?;
+    // n01 keeps the default cap (5 s); n02 is capped at 1 s.
+    dvm.cluster
+        .set_host_conf("n02", &base.clone().set("DVMRetryMaxDelay", 1).render())
+        .or_unresolved("writing n02's prte.conf")?;
+    for h in &nodes {
+        dvm.cluster
+            .watch_connects(h, "ctl", port)
+            .or_unresolved("counting connects")?;
+    }
+    let count = |dvm: &Dvm, h: &str| {
+        dvm.cluster
+            .connects_seen(h, "ctl", port)
+            .or_unresolved("reading connect counts")
+    };
+    let t0 = Instant::now();
+    dvm.start_many(&nodes)?;
+    let at = |secs: u64| {
+        let due = Duration::from_secs(secs);
+        if let Some(rest) = due.checked_sub(t0.elapsed()) {
+            // Sampling at fixed points of the timeline is the measurement itself.
+            std::thread::sleep(rest);
+        }
+    };
+    at(2);
+    let early = [count(&dvm, "n01")?, count(&dvm, "n02")?];
+    at(10);
+    let mid = [count(&dvm, "n01")?, count(&dvm, "n02")?];
+    at(22);
+    let late = [count(&dvm, "n01")?, count(&dvm, "n02")?];
+    ctx.note(format!(
+        "connect attempts to the absent controller at 2 s {early:?}, 10 s {mid:?}, 22 s {late:?} (n01 default cap, n02 cap 1 s)"
+    ));
+    for (i, h) in nodes.iter().enumerate() {
+        check(
+            early[i] >= 3,
+            format!("{h} retries frequently at first (at least 3 attempts in its first 2 s)"),
+            format!("{} attempts", early[i]),
+        )?;
+    }
+    let steady = |i: usize| late[i] - mid[i];
+    check(
+        (1..=4).contains(&steady(0)),
+        "with the default DVMRetryMaxDelay (5 s), 1 to 4 attempts in 12 s of steady retrying",
+        format!("{} attempts between 10 s and 22 s", steady(0)),
+    )?;
+    check(
+        (7..=18).contains(&steady(1)),
+        "with DVMRetryMaxDelay=1, about one attempt a second (7 to 18 in 12 s) once backed off",
+        format!("{} attempts between 10 s and 22 s", steady(1)),
+    )?;
+    dvm.start("ctl")?;
+    let s = dvm.wait_formed(FORM)?;
+    membership(&s, &hosts, ctx.cell.radix)?;
+    dvm.stop()
+}
+
+/// The nearest ancestor of `r` that booted, at `radix`.
+fn nearest_booted(r: u32, radix: u32, missing: &[u32]) -> Option<u32> {
+    let mut p = tree_parent(r, radix);
+    while let Some(q) = p {
+        if !missing.contains(&q) {
+            return Some(q);
+        }
+        p = tree_parent(q, radix);
+    }
+    None
+}
+
+/// Boots everything but the ranks in `missing` (which must be interior), checks every booted
+/// daemon joined through its nearest booted ancestor and the DVM is not formed, then boots
+/// the missing ones and checks it forms.
+fn heal_past(ctx: &Ctx, radix: u32, n: usize, missing: &[u32]) -> Verdict {
+    ctx.need_feature("healing", ctx.profile.features.healing)?;
+    let nodes = node_names(n);
+    let hosts = with_ctl(&nodes);
+    let c = conf(ctx, &nodes)
+        .set("DVMRadix", radix)
+        .set("DVMConnectMaxTime", 1);
+    let mut dvm = Dvm::new(ctx, &format!("heal-r{radix}"), &hosts, &c)?;
+    let absent: Vec<String> = missing.iter().map(|&r| hosts[r as usize].clone()).collect();
+    let booted: Vec<String> = hosts
+        .iter()
+        .filter(|h| !absent.contains(h))
+        .cloned()
+        .collect();
+    dvm.start_many(&booted)?;
+    ctx.note(format!("never booted (for now): {absent:?}"));
+    let orphans: Vec<u32> = (1..=n as u32)
+        .filter(|r| {
+            !missing.contains(r) && tree_parent(*r, radix).is_some_and(|p| missing.contains(&p))
+        })
+        .collect();
+    if orphans.is_empty() {
+        return Err(Problem::Unresolved(
+            "the missing ranks have no children".into(),
+        ));
+    }
+    let expect_parent = |s: &Status| {
+        (0..=n as u32)
+            .filter(|r| !missing.contains(r) && *r != 0)
+            .all(|r| {
+                s.member(r).is_some_and(|m| {
+                    m.state == MemberState::Joined && m.parent == nearest_booted(r, radix, missing)
+                })
+            })
+    };
+    let s = dvm.wait_status(
+        FORM,
+        &format!(
+            "every booted daemon joined through its nearest booted ancestor (orphans {orphans:?} healed past {missing:?})"
+        ),
+        expect_parent,
+    )?;
+    check(
+        !s.formed,
+        "not formed while DVMNodes members are missing",
+        s.describe(),
+    )?;
+    for r in missing.iter().rev() {
+        dvm.start(&hosts[*r as usize])?;
+    }
+    ctx.note("booted the missing daemons");
+    let s = dvm.wait_formed(FORM)?;
+    check(
+        s.members.iter().all(|m| m.state == MemberState::Joined),
+        "every member joined",
+        s.describe(),
+    )?;
+    dvm.stop()
+}
+
+pub fn radix_2_children_heal_past_never_booted_parents_and_the_dvm_forms_when_they_boot(
+    ctx: &Ctx,
+) -> Verdict {
+    // Rank 7's parent (3) and grandparent (1) are both missing: it climbs two levels.
+    heal_past(ctx, 2, 14, &[1, 3])
+}
+
+pub fn radix_3_children_heal_past_a_never_booted_parent_and_the_dvm_forms_when_it_boots(
+    ctx: &Ctx,
+) -> Verdict {
+    heal_past(ctx, 3, 14, &[1])
+}
+
+pub fn a_child_whose_parent_cannot_answer_heals_to_the_next_ancestor(ctx: &Ctx) -> Verdict {
+    ctx.need_netns("a one-way partition")?;
+    ctx.need_feature("healing", ctx.profile.features.healing)?;
+    let nodes = node_names(6);
+    let hosts = with_ctl(&nodes);
+    let c = conf(ctx, &nodes)
+        .set("DVMRadix", 2)
+        .set("DVMConnectMaxTime", 1);
+    let mut dvm = Dvm::new(ctx, "oneway", &hosts, &c)?;
+    // n03 (rank 3) reaches its parent n01, but nothing n01 sends reaches n03.
+    dvm.cluster
+        .partition(&["n01"], &["n03"], Direction::OneWay)
+        .or_unresolved("one-way partition n01 -> n03")?;
+    ctx.note("partitioned n01 -x> n03 (one way) before boot");
+    dvm.start_all()?;
+    let s = dvm.wait_formed(FORM)?;
+    check(
+        s.member(3).and_then(|m| m.parent) == Some(0),
+        "rank 3 joined through the controller, having healed past its unanswering parent",
+        s.describe(),
+    )?;
+    dvm.stop()
+}
+
+pub fn connect_max_time_zero_disables_healing(ctx: &Ctx) -> Verdict {
+    let nodes = node_names(6);
+    let hosts = with_ctl(&nodes);
+    let c = conf(ctx, &nodes)
+        .set("DVMRadix", 2)
+        .set("DVMConnectMaxTime", 0);
+    let mut dvm = Dvm::new(ctx, "noheal", &hosts, &c)?;
+    let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
+    dvm.start_many(&booted)?;
+    dvm.wait_status(FORM, "ranks 2, 4, 6 joined", |s| {
+        [2, 4, 6]
+            .iter()
+            .all(|r| s.member(*r).is_some_and(|m| m.state == MemberState::Joined))
+    })?;
+    dvm.holds_for(
+        Duration::from_secs(4),
+        "ranks 3 and 5 keep waiting for their parent 1 (DVMConnectMaxTime=0: no healing)",
+        |s| {
+            [3, 5]
+                .iter()
+                .all(|r| s.member(*r).is_some_and(|m| m.state != MemberState::Joined))
+        },
+    )?;
+    dvm.start("n01")?;
+    let s = dvm.wait_formed(FORM)?;
+    membership(&s, &hosts, 2)?;
+    dvm.stop()
+}
+
+pub fn connect_max_time_defaults_to_30_seconds(ctx: &Ctx) -> Verdict {
+    ctx.need_feature("healing", ctx.profile.features.healing)?;
+    let nodes = node_names(4);
+    let hosts = with_ctl(&nodes);
+    let c = conf(ctx, &nodes).set("DVMRadix", 2);
+    let mut dvm = Dvm::new(ctx, "heal-default", &hosts, &c)?;
+    let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
+    let t0 = Instant::now();
+    dvm.start_many(&booted)?;
+    let waiting = |s: &Status| s.member(3).is_some_and(|m| m.state != MemberState::Joined);
+    dvm.holds_for(
+        Duration::from_secs(20),
+        "rank 3 does not heal past its missing parent 1 within 20 s (default 30 s)",
+        waiting,
+    )?;
+    let s = dvm.wait_status(
+        Duration::from_secs(25),
+        "rank 3 healed to the controller by about 30 s after it booted",
+        |s| {
+            s.member(3)
+                .is_some_and(|m| m.state == MemberState::Joined && m.parent == Some(0))
+        },
+    )?;
+    ctx.note(format!("rank 3 joined {:?} after boot", t0.elapsed()));
+    check(
+        t0.elapsed() >= Duration::from_secs(25),
+        "healing no earlier than about DVMConnectMaxTime (30 s)",
+        format!("healed after {:?}\n{}", t0.elapsed(), s.describe()),
+    )?;
+    dvm.start("n01")?;
+    dvm.wait_formed(FORM)?;
+    dvm.stop()
+}
+
+pub fn a_partitioned_group_joins_once_the_partition_heals(ctx: &Ctx) -> Verdict {
+    ctx.need_netns("a partition")?;
+    let nodes = cell_nodes(ctx);
+    if nodes.len() < 2 {
+        return Err(Problem::Unresolved("needs at least 2 nodes".into()));
+    }
+    let hosts = with_ctl(&nodes);
+    let c = conf(ctx, &nodes).set("DVMConnectMaxTime", 1);
+    let mut dvm = Dvm::new(ctx, "partitioned", &hosts, &c)?;
+    let (rest, cut) = hosts.split_at(hosts.len() - nodes.len() / 2);
+    let p = dvm
+        .cluster
+        .partition(cut, rest, Direction::Both)
+        .or_unresolved("partitioning")?;
+    ctx.note(format!(
+        "partitioned {cut:?} from {rest:?} (both ways) before boot"
+    ));
+    dvm.start_all()?;
+    dvm.wait_status(FORM, "everyone outside the cut joined", |s| {
+        s.joined() == rest.len()
+    })?;
+    dvm.holds_for(
+        Duration::from_secs(2),
+        "not formed while hosts are cut off",
+        |s| !s.formed,
+    )?;
+    dvm.cluster.heal(p).or_unresolved("healing the partition")?;
+    ctx.note("healed the partition");
+    let s = dvm.wait_formed(FORM)?;
+    check(
+        s.joined() == hosts.len(),
+        "every daemon joined",
+        s.describe(),
+    )?;
+    dvm.stop()
+}
+
+pub fn formation_survives_delay_loss_and_duplication_on_links(ctx: &Ctx) -> Verdict {
+    ctx.need_netns("impaired links")?;
+    let nodes = cell_nodes(ctx);
+    let hosts = with_ctl(&nodes);
+    let mut dvm = Dvm::new(ctx, "badlinks", &hosts, &conf(ctx, &nodes))?;
+    let ms = Duration::from_millis;
+    let plan = [
+        (hosts[0].clone(), Impairment::delay(ms(40))),
+        (
+            hosts[1].clone(),
+            Impairment {
+                delay: ms(5),
+                jitter: ms(3),
+                loss: 0.05,
+                duplicate: 0.05,
+                seed: ctx.seed,
+            },
+        ),
+    ];
+    for (h, imp) in &plan {
+        dvm.cluster
+            .impair(h, *imp)
+            .or_unresolved(&format!("impairing {h}'s link"))?;
+        ctx.note(format!("{h}'s link: {imp:?}"));
+    }
+    dvm.start_all()?;
+    let s = dvm.wait_formed(Duration::from_secs(60))?;
+    membership(&s, &hosts, ctx.cell.radix)?;
+    for (h, _) in &plan {
+        if let Some((fwd, dropped, dup)) = dvm.cluster.impairment_stats(h) {
+            ctx.note(format!(
+                "{h}: {fwd} frames forwarded, {dropped} dropped, {dup} duplicated"
+            ));
+        }
+    }
+    dvm.stop()
+}
+
+pub fn dvm_forms_under_a_seeded_random_fault_schedule(ctx: &Ctx) -> Verdict {
+    ctx.need_netns("network faults")?;
+    let nodes = cell_nodes(ctx);
+    let hosts = with_ctl(&nodes);
+    let c = conf(ctx, &nodes).set("DVMConnectMaxTime", 1);
+    let mut dvm = Dvm::new(ctx, "schedule", &hosts, &c)?;
+    let schedule = Schedule::generate(
+        ctx.seed,
+        &ScheduleSpec {
+            hosts: hosts.clone(),
+            boot_window: Duration::from_secs(3),
+            freezable: nodes.clone(),
+            partitions: true,
+            impair: true,
+        },
+    );
+    ctx.note(schedule.to_string());
+    let mut log = Vec::new();
+    let r = schedule.run(&mut dvm.cluster, |l| log.push(l.to_string()));
+    ctx.note("carried out:");
+    for l in log {
+        ctx.note(l);
+    }
+    r.map_err(Problem::Unresolved)?;
+    let s = dvm
+        .wait_formed(Duration::from_secs(60))
+        .map_err(|p| match p {
+            Problem::Fail { expected, observed } => fail(
+                format!("{expected} after the fault schedule of seed {}", ctx.seed),
+                observed,
+            ),
+            other => other,
+        })?;
+    check(
+        s.joined() == hosts.len(),
+        "every daemon joined",
+        s.describe(),
+    )?;
+    dvm.stop()
+}

@@ -1,0 +1,307 @@
+//! Implementation profiles: how the suite drives an implementation it has never seen. A
+//! profile (TOML) names the daemon command, where the configuration file goes, the commands
+//! that report status and stop the DVM, and the optional features the implementation
+//! declares. `conformance/README.md` documents every key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Implementation {
+    pub name: String,
+    /// Run once (in the profile's directory) before the first trial that needs the
+    /// implementation.
+    #[serde(default)]
+    pub build: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Daemon {
+    /// Started, identically, on every host.
+    pub command: Vec<String>,
+    /// Where each host's configuration file is read from.
+    #[serde(default = "default_conf_path")]
+    pub conf_path: String,
+}
+
+fn default_conf_path() -> String {
+    "/etc/prte.conf".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Command {
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stop {
+    pub command: Vec<String>,
+    /// Seconds every daemon gets to exit after the stop command returned.
+    #[serde(default = "default_grace")]
+    pub grace_seconds: f64,
+}
+
+fn default_grace() -> f64 {
+    10.0
+}
+
+/// How MCA-style parameters are given to the implementation (for the precedence items).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mca {
+    /// Environment variable naming a parameter; `{name}` is replaced.
+    pub env: String,
+    /// Command-line words setting a parameter; `{name}` and `{value}` are replaced.
+    pub cli: Vec<String>,
+    /// The parameter `DVMPort` seeds.
+    pub port: String,
+}
+
+/// How a host learns who it is when hosts are plain processes (no namespaces).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessBackend {
+    /// Environment for every process on a host; `{host}`, `{hosts_file}`, `{conf}` replaced.
+    pub env: BTreeMap<String, String>,
+}
+
+/// Optional features an implementation declares. Items that need an absent one are
+/// UNSUPPORTED.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Features {
+    #[serde(default)]
+    pub ipv6: bool,
+    #[serde(default)]
+    pub healing: bool,
+    #[serde(default)]
+    pub dvmnetworks: bool,
+    #[serde(default)]
+    pub keep_fqdn: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    implementation: Implementation,
+    daemon: Daemon,
+    status: Command,
+    stop: Stop,
+    identity: Option<Command>,
+    mca: Option<Mca>,
+    process_backend: Option<ProcessBackend>,
+    #[serde(default)]
+    features: Features,
+}
+
+/// A loaded profile, with suite-level placeholders (`{profile_dir}`, `{build_dir}`,
+/// `{cargo_profile}`) already filled in.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub path: PathBuf,
+    pub dir: PathBuf,
+    pub implementation: Implementation,
+    pub daemon: Daemon,
+    pub status: Command,
+    pub stop: Stop,
+    pub identity: Option<Command>,
+    pub mca: Option<Mca>,
+    pub process_backend: Option<ProcessBackend>,
+    pub features: Features,
+}
+
+/// The directory holding the suite's own build (`target/debug` for a dev build), and the
+/// cargo profile that made it: a profile for a Rust implementation in the same workspace
+/// finds its binaries there.
+fn build_dir() -> (PathBuf, String) {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // <target>/<profile>/deps/<test binary>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let cargo_profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(other) => other.to_string(),
+    };
+    (dir, cargo_profile)
+}
+
+fn fill(words: &mut [String], vars: &[(&str, String)]) {
+    for w in words.iter_mut() {
+        for (k, v) in vars {
+            *w = w.replace(k, v);
+        }
+    }
+}
+
+impl Profile {
+    pub fn load(path: &Path) -> Result<Profile, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("profile {}: {e}", path.display()))?;
+        Profile::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Profile, String> {
+        let mut raw: Raw =
+            toml::from_str(text).map_err(|e| format!("profile {}: {e}", path.display()))?;
+        let dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        let (build, cargo_profile) = build_dir();
+        let vars = [
+            ("{profile_dir}", dir.display().to_string()),
+            ("{build_dir}", build.display().to_string()),
+            ("{cargo_profile}", cargo_profile),
+        ];
+        let err = |key: &str, msg: &str| format!("profile {}: {key}: {msg}", path.display());
+        for (key, words) in [
+            ("daemon.command", &mut raw.daemon.command),
+            ("status.command", &mut raw.status.command),
+            ("stop.command", &mut raw.stop.command),
+        ] {
+            if words.is_empty() {
+                return Err(err(key, "must name a program"));
+            }
+            fill(words, &vars);
+        }
+        fill(&mut raw.implementation.build, &vars);
+        if let Some(id) = raw.identity.as_mut() {
+            if id.command.is_empty() {
+                return Err(err("identity.command", "must name a program"));
+            }
+            fill(&mut id.command, &vars);
+        }
+        if !raw.daemon.conf_path.starts_with("/etc/") {
+            return Err(err(
+                "daemon.conf_path",
+                "must be a file under /etc (hosts get a private /etc)",
+            ));
+        }
+        if let Some(m) = &raw.mca {
+            if !m.env.contains("{name}") {
+                return Err(err("mca.env", "must contain {name}"));
+            }
+            if !m.cli.iter().any(|w| w.contains("{value}")) {
+                return Err(err("mca.cli", "must contain {value}"));
+            }
+        }
+        if !(raw.stop.grace_seconds > 0.0 && raw.stop.grace_seconds <= 3600.0) {
+            return Err(err(
+                "stop.grace_seconds",
+                "must be above 0 and at most 3600",
+            ));
+        }
+        Ok(Profile {
+            path: path.to_path_buf(),
+            dir,
+            implementation: raw.implementation,
+            daemon: raw.daemon,
+            status: raw.status,
+            stop: raw.stop,
+            identity: raw.identity,
+            mca: raw.mca,
+            process_backend: raw.process_backend,
+            features: raw.features,
+        })
+    }
+
+    /// The profile named by `DVMLAB_PROFILE`, else the reference runtime's.
+    pub fn from_env() -> Result<Profile, String> {
+        let path = std::env::var_os("DVMLAB_PROFILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/reference.toml")
+            });
+        Profile::load(&path)
+    }
+
+    /// Runs the profile's build command, if any.
+    pub fn build(&self) -> Result<(), String> {
+        let Some((prog, args)) = self.implementation.build.split_first() else {
+            return Ok(());
+        };
+        let st = std::process::Command::new(prog)
+            .args(args)
+            .current_dir(&self.dir)
+            .status()
+            .map_err(|e| format!("profile build command {prog}: {e}"))?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "profile build command {:?} failed: {st}",
+                self.implementation.build
+            ))
+        }
+    }
+
+    /// The words that set MCA parameter `name` to `value` on a command line.
+    pub fn mca_cli(&self, name: &str, value: &str) -> Option<Vec<String>> {
+        let m = self.mca.as_ref()?;
+        Some(
+            m.cli
+                .iter()
+                .map(|w| w.replace("{name}", name).replace("{value}", value))
+                .collect(),
+        )
+    }
+
+    /// The environment variable that sets MCA parameter `name`.
+    pub fn mca_env(&self, name: &str) -> Option<String> {
+        Some(self.mca.as_ref()?.env.replace("{name}", name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = "[implementation]\nname='x'\n[daemon]\ncommand=['d']\n[status]\ncommand=['s']\n[stop]\ncommand=['t']\n";
+
+    #[test]
+    fn a_minimal_profile_loads_with_defaults() {
+        let p = Profile::parse(Path::new("/tmp/p.toml"), MIN).unwrap();
+        assert_eq!(p.daemon.conf_path, "/etc/prte.conf");
+        assert!(!p.features.ipv6);
+        assert!(p.identity.is_none());
+    }
+
+    #[test]
+    fn bad_profiles_are_refused_naming_the_file_and_key() {
+        let e = Profile::parse(Path::new("/tmp/p.toml"), &MIN.replace("['d']", "[]")).unwrap_err();
+        assert!(
+            e.contains("/tmp/p.toml") && e.contains("daemon.command"),
+            "{e}"
+        );
+        let e = Profile::parse(
+            Path::new("/tmp/p.toml"),
+            &format!("{MIN}[features]\nipv7=true\n"),
+        )
+        .unwrap_err();
+        assert!(e.contains("ipv7"), "{e}");
+        let e = Profile::parse(
+            Path::new("/tmp/p.toml"),
+            &MIN.replace("command=['d']", "command=['d']\nconf_path='/opt/prte.conf'"),
+        )
+        .unwrap_err();
+        assert!(e.contains("daemon.conf_path"), "{e}");
+    }
+
+    #[test]
+    fn shipped_profiles_load() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
+        for f in ["reference.toml", "human-status-example.toml"] {
+            Profile::load(&dir.join(f)).unwrap();
+        }
+    }
+}

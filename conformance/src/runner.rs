@@ -1,0 +1,453 @@
+//! The libtest-compatible runner: one trial per catalog item (per matrix cell), plus the
+//! suite's own consistency checks (`meta.*`). A trial runs the tests its item names; a test
+//! named by several items runs once per cell and process and its result is shared. Trials a
+//! filter excludes build nothing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+
+use crate::catalog::{self, Catalog, Item};
+use crate::checks::{self, TestDef};
+use crate::knobs::{Cell, Knobs};
+use crate::outcome::{Outcome, Problem};
+use crate::profile::Profile;
+use crate::report::{self, ItemRecord, ProfileInfo, TestRecord};
+use crate::sut::Ctx;
+use crate::traceability;
+
+/// Lines of each host's log printed with a failure.
+const LOG_TAIL: usize = 30;
+
+/// A test's result in one cell, computed once and shared by every item that names it.
+type SharedResult = Arc<OnceLock<TestRecord>>;
+
+struct Suite {
+    profile: Arc<Profile>,
+    knobs: Knobs,
+    catalogs: Vec<Catalog>,
+    tests: HashMap<&'static str, TestDef>,
+    results: Mutex<HashMap<(String, String), SharedResult>>,
+    built: OnceLock<Result<(), String>>,
+    out: PathBuf,
+    run_id: String,
+}
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// Says loudly that a test could not run here (and why), also into `DVMLAB_SKIP_LOG`.
+fn announce_skip(test: &str, why: &str) {
+    eprintln!("\n!!!! NOT RUN {test}: {why} !!!!\n");
+    if let Some(path) = std::env::var_os("DVMLAB_SKIP_LOG") {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "NOT RUN (conformance) {test}: {why}");
+        }
+    }
+}
+
+fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Suite {
+    fn records_dir(&self, cell: &Cell) -> PathBuf {
+        self.out
+            .join("records")
+            .join(&self.run_id)
+            .join(cell.name())
+    }
+
+    /// Runs test `def` in `cell` (once per process; reused from another process of the same
+    /// nextest run if that one already recorded it).
+    fn test_result(&self, cell: &Cell, def: &TestDef) -> TestRecord {
+        let slot = {
+            let mut m = self.results.lock().unwrap_or_else(|e| e.into_inner());
+            m.entry((cell.name(), def.name.to_string()))
+                .or_default()
+                .clone()
+        };
+        slot.get_or_init(|| {
+            let file = self
+                .records_dir(cell)
+                .join("tests")
+                .join(format!("{}.json", def.name));
+            if let Some(r) = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|t| serde_json::from_str::<TestRecord>(&t).ok())
+            {
+                return r;
+            }
+            let r = self.execute(cell, def);
+            if let Some(dir) = file.parent() {
+                let _ = std::fs::create_dir_all(dir);
+                if let Ok(t) = serde_json::to_string(&r) {
+                    let _ = report::atomic_write(&file, &t);
+                }
+            }
+            r
+        })
+        .clone()
+    }
+
+    fn execute(&self, cell: &Cell, def: &TestDef) -> TestRecord {
+        let started = Instant::now();
+        let built = self.built.get_or_init(|| self.profile.build());
+        let ctx = Ctx::new(self.profile.clone(), *cell, self.knobs.seed, def.name);
+        let verdict = match built {
+            Err(e) => Err(Problem::Unresolved(e.clone())),
+            Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (def.run)(&ctx)))
+                .unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    Err(Problem::Unresolved(format!("the test panicked: {msg}")))
+                }),
+        };
+        let verdict = match verdict {
+            Err(Problem::NotRun(why)) if in_ci() => Err(Problem::Unresolved(format!(
+                "may not be skipped in CI: {why}"
+            ))),
+            Err(Problem::NotRun(why)) => {
+                announce_skip(def.name, &why);
+                Err(Problem::NotRun(why))
+            }
+            v => v,
+        };
+        let outcome = verdict
+            .as_ref()
+            .err()
+            .map_or(Outcome::Pass, Problem::outcome);
+        let mut logs = Vec::new();
+        let keep = matches!(outcome, Outcome::Fail | Outcome::Unresolved);
+        for c in ctx.clusters() {
+            if keep {
+                let dest = self
+                    .out
+                    .join("logs")
+                    .join(cell.name())
+                    .join(def.name)
+                    .join(&c.label);
+                let _ = std::fs::create_dir_all(&dest);
+                for h in &c.hosts {
+                    let src = c.run_dir.join(format!("{h}.log"));
+                    if src.exists() {
+                        let to = dest.join(format!("{h}.log"));
+                        if std::fs::copy(&src, &to).is_ok() {
+                            logs.push(to);
+                        }
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir_all(&c.run_dir);
+        }
+        let message = verdict.err().map(|p| {
+            let mut m = p.to_string();
+            let notes = ctx.notes();
+            if !notes.is_empty() {
+                m.push_str("\nwhat happened:\n");
+                for n in notes {
+                    m.push_str(&format!("  {n}\n"));
+                }
+            }
+            if keep && def.seeded {
+                m.push_str(&format!(
+                    "\nreplay this run's fault schedule with DVMLAB_SEED={}\n",
+                    self.knobs.seed
+                ));
+            }
+            m
+        });
+        TestRecord {
+            name: def.name.to_string(),
+            outcome,
+            duration_ms: started.elapsed().as_millis() as u64,
+            message,
+            logs,
+        }
+    }
+
+    fn run_item(&self, cell: &Cell, spec: &str, item: &Item) -> Result<Completion, Failed> {
+        let started = Instant::now();
+        let mut tests = Vec::new();
+        for name in &item.tests {
+            match self.tests.get(name.as_str()) {
+                Some(def) => tests.push(self.test_result(cell, def)),
+                None => tests.push(TestRecord {
+                    name: name.clone(),
+                    outcome: Outcome::Unresolved,
+                    duration_ms: 0,
+                    message: Some(format!(
+                        "the catalog names test {name}, which does not exist"
+                    )),
+                    logs: Vec::new(),
+                }),
+            }
+        }
+        let outcome = Outcome::combine(&tests.iter().map(|t| t.outcome).collect::<Vec<_>>());
+        let reason = tests
+            .iter()
+            .filter(|t| t.outcome == outcome && outcome != Outcome::Pass)
+            .filter_map(|t| t.message.as_ref().map(|m| format!("{}: {m}", t.name)))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let record = ItemRecord {
+            id: item.id.clone(),
+            spec: spec.to_string(),
+            level: item.level.label().to_string(),
+            cell: cell.name(),
+            outcome,
+            reason: (!reason.is_empty()).then_some(reason.clone()),
+            duration_ms: started.elapsed().as_millis() as u64,
+            tests: tests.clone(),
+        };
+        let file = self
+            .records_dir(cell)
+            .join("items")
+            .join(format!("{}.json", item.id));
+        if let Some(dir) = file.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        if let Ok(t) = serde_json::to_string(&record) {
+            let _ = report::atomic_write(&file, &t);
+        }
+        match outcome {
+            Outcome::Pass => Ok(Completion::Completed),
+            Outcome::Unsupported | Outcome::NotRun => Ok(Completion::ignored_with(format!(
+                "{outcome}: {}",
+                first_line(&reason)
+            ))),
+            Outcome::Fail | Outcome::Unresolved => {
+                let mut m = format!(
+                    "{outcome} {} [{}] ({} {}): {}\n{reason}\n",
+                    item.id,
+                    cell.name(),
+                    item.level.label(),
+                    item.section,
+                    item.statement
+                );
+                for t in &tests {
+                    for l in &t.logs {
+                        m.push_str(&format!(
+                            "---- {} (last {LOG_TAIL} lines) ----\n{}\n",
+                            l.display(),
+                            tail(l, LOG_TAIL)
+                        ));
+                    }
+                }
+                eprintln!("{m}");
+                Err(Failed::from(m))
+            }
+        }
+    }
+
+    fn collect_records(&self) -> Vec<ItemRecord> {
+        let mut v = Vec::new();
+        for cell in &self.knobs.cells {
+            let dir = self.records_dir(cell).join("items");
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if let Some(r) = std::fs::read_to_string(e.path())
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<ItemRecord>(&t).ok())
+                {
+                    v.push(r);
+                }
+            }
+        }
+        v
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn meta_trials(catalogs: &[Catalog], registered: Vec<&'static str>) -> Vec<Trial> {
+    let cats = catalogs.to_vec();
+    let cats2 = catalogs.to_vec();
+    vec![
+        Trial::test("meta.catalog-coverage", move || {
+            let p = traceability::coverage_problems(&cats, &registered);
+            if p.is_empty() {
+                Ok(())
+            } else {
+                Err(p.join("\n").into())
+            }
+        }),
+        Trial::ignorable_test("meta.traceability-matrix-is-current", move || {
+            if std::env::var_os("DVMLAB_WRITE_TRACEABILITY").is_some() {
+                return Ok(Completion::ignored_with("the matrix is being regenerated"));
+            }
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(traceability::FILE);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                format!(
+                    "{}: {e}; generate it with `make traceability`",
+                    path.display()
+                )
+            })?;
+            match traceability::staleness(&cats2, &text) {
+                None => Ok(Completion::Completed),
+                Some(why) => Err(why.into()),
+            }
+        }),
+    ]
+}
+
+fn setup() -> Result<Suite, String> {
+    let catalogs = catalog::all()?;
+    let knobs = Knobs::from_env()?;
+    let profile = Arc::new(Profile::from_env()?);
+    let tests: HashMap<&'static str, TestDef> =
+        checks::all().into_iter().map(|t| (t.name, t)).collect();
+    let out = std::env::var_os("DVMLAB_RESULTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let exe = std::env::current_exe().unwrap_or_default();
+            // <target>/<profile>/deps/<binary> → <target>/conformance
+            exe.ancestors()
+                .nth(3)
+                .map(|t| t.join("conformance"))
+                .unwrap_or_else(|| PathBuf::from("conformance-results"))
+        });
+    let run_id = std::env::var("NEXTEST_RUN_ID").unwrap_or_else(|_| {
+        format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0)
+        )
+    });
+    Ok(Suite {
+        profile,
+        knobs,
+        catalogs,
+        tests,
+        results: Mutex::new(HashMap::new()),
+        built: OnceLock::new(),
+        out,
+        run_id,
+    })
+}
+
+/// The test binary's `main`.
+pub fn main() -> ExitCode {
+    let args = Arguments::from_args();
+    let suite = match setup() {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut trials = Vec::new();
+    let mut registered: Vec<&'static str> = suite.tests.keys().copied().collect();
+    registered.sort_unstable();
+    trials.extend(meta_trials(&suite.catalogs, registered));
+    for cell in suite.knobs.cells.clone() {
+        for c in &suite.catalogs {
+            for item in &c.items {
+                let name = if suite.knobs.is_matrix() {
+                    format!("{}/{}", cell.name(), item.id)
+                } else {
+                    item.id.clone()
+                };
+                let (s, spec, item) = (suite.clone(), c.spec.clone(), item.clone());
+                trials.push(Trial::ignorable_test(name, move || {
+                    s.run_item(&cell, &spec, &item)
+                }));
+            }
+        }
+    }
+    let will_run = trials
+        .iter()
+        .filter(|t| !args.is_filtered_out(t) && !args.is_ignored(t))
+        .count();
+    if !args.list && will_run > 0 {
+        eprintln!(
+            "conformance: profile {} ({}), backend {:?}, cells {}, seed {}{}; results in {}",
+            suite.profile.path.display(),
+            suite.profile.implementation.name,
+            suite.knobs.cells[0].backend,
+            suite
+                .knobs
+                .cells
+                .iter()
+                .map(Cell::name)
+                .collect::<Vec<_>>()
+                .join(" "),
+            suite.knobs.seed,
+            if suite.knobs.seed_given {
+                " (given)"
+            } else {
+                ""
+            },
+            suite.out.display()
+        );
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    if !args.list && will_run > 0 {
+        finish(&suite);
+    }
+    conclusion.exit_code()
+}
+
+/// Writes the reports of this run (all its processes so far) and prints the totals line.
+fn finish(suite: &Suite) {
+    let cells: Vec<String> = suite.knobs.cells.iter().map(Cell::name).collect();
+    let results = report::assemble(
+        &suite.catalogs,
+        &cells,
+        suite.collect_records(),
+        ProfileInfo {
+            path: suite.profile.path.display().to_string(),
+            implementation: suite.profile.implementation.name.clone(),
+        },
+        &format!("{:?}", suite.knobs.cells[0].backend).to_lowercase(),
+        suite.knobs.seed,
+    );
+    if let Err(e) = report::write_all(&suite.out, &results, &suite.catalogs) {
+        eprintln!("conformance: writing reports: {e}");
+    }
+    if std::env::var_os("DVMLAB_WRITE_TRACEABILITY").is_some() {
+        let first = &cells[0];
+        let last: BTreeMap<String, String> = results
+            .items
+            .iter()
+            .filter(|i| &i.cell == first)
+            .map(|i| (i.id.clone(), i.outcome.label().to_string()))
+            .collect();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(traceability::FILE);
+        let text = traceability::render(&suite.catalogs, &last);
+        match report::atomic_write(&path, &text) {
+            Ok(()) => eprintln!("conformance: wrote {}", path.display()),
+            Err(e) => eprintln!("conformance: {e}"),
+        }
+    }
+    if results.items.iter().any(|i| i.outcome == Outcome::Fail) && !suite.knobs.seed_given {
+        eprintln!(
+            "conformance: replay with DVMLAB_SEED={} (the fault schedules are drawn from it)",
+            suite.knobs.seed
+        );
+    }
+    eprintln!(
+        "conformance: reports {}/{{results.json,junit.xml,report.md}}",
+        suite.out.display()
+    );
+    println!("{}", report::totals_line(&results));
+}

@@ -1,0 +1,361 @@
+//! The system under test: an implementation's DVM on a harness cluster, driven only through
+//! its profile (daemon command, status, stop, identity), never through its code.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
+
+use crate::knobs::Cell;
+use crate::outcome::{fail, OrUnresolved, Problem, Verdict};
+use crate::profile::Profile;
+use crate::status::{Identity, Status};
+
+/// A cluster a test built: where its logs are, for the report.
+#[derive(Debug, Clone)]
+pub struct ClusterRecord {
+    pub label: String,
+    pub run_dir: PathBuf,
+    pub hosts: Vec<String>,
+}
+
+/// What a test gets: the profile, its matrix cell, the seed, and a place to leave notes
+/// (printed with a failure) and the clusters it built.
+pub struct Ctx {
+    pub profile: Arc<Profile>,
+    pub cell: Cell,
+    pub seed: u64,
+    pub test: String,
+    notes: Mutex<Vec<String>>,
+    clusters: Mutex<Vec<ClusterRecord>>,
+}
+
+impl Ctx {
+    pub fn new(profile: Arc<Profile>, cell: Cell, seed: u64, test: &str) -> Ctx {
+        Ctx {
+            profile,
+            cell,
+            seed,
+            test: test.to_string(),
+            notes: Mutex::new(Vec::new()),
+            clusters: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records something that happened, for the failure report.
+    pub fn note(&self, s: impl Into<String>) {
+        if let Ok(mut n) = self.notes.lock() {
+            n.push(s.into());
+        }
+    }
+
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+
+    pub fn clusters(&self) -> Vec<ClusterRecord> {
+        self.clusters.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// The IP mode of the cell.
+    pub fn ip_mode(&self) -> IpMode {
+        if self.cell.ip == 6 {
+            IpMode::V6
+        } else {
+            IpMode::V4
+        }
+    }
+
+    /// Not run unless the cell's backend is netns (some faults and kernel knobs need it).
+    pub fn need_netns(&self, what: &str) -> Verdict {
+        if self.cell.backend == BackendKind::Netns {
+            Ok(())
+        } else {
+            Err(Problem::NotRun(format!(
+                "{what} needs the netns backend (this run uses process hosts)"
+            )))
+        }
+    }
+
+    /// Unsupported unless the profile declares `feature`.
+    pub fn need_feature(&self, feature: &str, declared: bool) -> Verdict {
+        if declared {
+            Ok(())
+        } else {
+            Err(Problem::Unsupported(format!(
+                "profile {} does not declare feature `{feature}`",
+                self.profile.path.display()
+            )))
+        }
+    }
+}
+
+/// `n01`, `n02`, …
+pub fn node_names(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("n{i:02}")).collect()
+}
+
+/// A DVM of the implementation under test. The controller's host is `ctl` unless said
+/// otherwise; status and stop commands run there.
+pub struct Dvm<'a> {
+    pub cluster: Cluster,
+    pub ctl: String,
+    /// Words appended to the status and stop commands (e.g. an MCA override the daemons
+    /// were also given).
+    pub tool_args: Vec<String>,
+    ctx: &'a Ctx,
+}
+
+/// How long a status or stop command may take before it counts as hung.
+const COMMAND_LIMIT: Duration = Duration::from_secs(20);
+
+impl<'a> Dvm<'a> {
+    /// Builds a cluster of `hosts` (the first runs the controller) sharing `conf`, in the
+    /// cell's IP family; nothing is started.
+    pub fn new(
+        ctx: &'a Ctx,
+        label: &str,
+        hosts: &[String],
+        conf: &PrteConf,
+    ) -> Result<Self, Problem> {
+        Dvm::with(ctx, label, hosts, conf, |_| {})
+    }
+
+    /// As [`Dvm::new`], letting `tweak` adjust the cluster spec first.
+    pub fn with(
+        ctx: &'a Ctx,
+        label: &str,
+        hosts: &[String],
+        conf: &PrteConf,
+        tweak: impl FnOnce(&mut ClusterSpec),
+    ) -> Result<Self, Problem> {
+        let p = &ctx.profile;
+        let mut spec = ClusterSpec::new(label, hosts, p.daemon.command.clone());
+        spec.backend = ctx.cell.backend;
+        spec.ip = ctx.ip_mode();
+        spec.conf = conf.render();
+        spec.conf_file = p.daemon.conf_path.trim_start_matches("/etc/").to_string();
+        if spec.backend == BackendKind::Process {
+            let Some(pb) = &p.process_backend else {
+                return Err(Problem::Unsupported(format!(
+                    "profile {} has no [process_backend] (hosts as plain processes need it)",
+                    p.path.display()
+                )));
+            };
+            spec.identity_env = pb.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        }
+        tweak(&mut spec);
+        if spec.backend == BackendKind::Process && spec.ip != IpMode::V4 {
+            return Err(Problem::NotRun("IPv6 hosts need the netns backend".into()));
+        }
+        let mut cluster = Cluster::new(spec).or_unresolved(&format!("building cluster {label}"))?;
+        cluster.keep_run_dir();
+        if let Ok(mut c) = ctx.clusters.lock() {
+            c.push(ClusterRecord {
+                label: label.to_string(),
+                run_dir: cluster.run_dir().to_path_buf(),
+                hosts: hosts.to_vec(),
+            });
+        }
+        Ok(Dvm {
+            cluster,
+            ctl: hosts.first().cloned().unwrap_or_default(),
+            tool_args: Vec::new(),
+            ctx,
+        })
+    }
+
+    pub fn start(&mut self, host: &str) -> Verdict {
+        self.cluster
+            .start(host)
+            .or_unresolved(&format!("starting the daemon on {host}"))
+    }
+
+    pub fn start_many<S: AsRef<str>>(&mut self, hosts: &[S]) -> Verdict {
+        hosts.iter().try_for_each(|h| self.start(h.as_ref()))
+    }
+
+    pub fn start_all(&mut self) -> Verdict {
+        let all: Vec<String> = self
+            .cluster
+            .hosts()
+            .iter()
+            .map(|h| h.name.clone())
+            .collect();
+        self.start_many(&all)
+    }
+
+    /// Runs `argv` on `host` with a time limit; (exit code if it exited, stdout, stderr).
+    pub fn run_on(
+        &self,
+        host: &str,
+        argv: &[String],
+        within: Duration,
+    ) -> Result<(Option<i32>, String, String), Problem> {
+        let (st, out, err) = self
+            .cluster
+            .exec_within(host, argv, within)
+            .or_unresolved(&format!("running {argv:?} on {host}"))?;
+        Ok((st.map(|s| s.code().unwrap_or(128)), out, err))
+    }
+
+    /// The profile's status command on the controller's host, parsed.
+    pub fn status(&self) -> Result<Status, String> {
+        let mut argv = self.ctx.profile.status.command.clone();
+        argv.extend(self.tool_args.iter().cloned());
+        let (code, out, err) = self
+            .run_on(&self.ctl, &argv, COMMAND_LIMIT)
+            .map_err(|p| p.to_string())?;
+        if code != Some(0) {
+            return Err(format!("status command exited {code:?}: {}", err.trim()));
+        }
+        serde_json::from_str(out.trim()).map_err(|e| {
+            format!("status command printed something that is not the status JSON ({e}): {out}")
+        })
+    }
+
+    /// Waits until the status satisfies `pred`; fails (with the last status seen) if it
+    /// does not within `within`.
+    pub fn wait_status(
+        &self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&Status) -> bool,
+    ) -> Result<Status, Problem> {
+        let mut last = String::from("no status yet");
+        let r = wait_until(within, Duration::from_millis(50), || match self.status() {
+            Ok(s) if pred(&s) => Ok(s),
+            Ok(s) => {
+                last = s.describe();
+                Err(String::new())
+            }
+            Err(e) => {
+                last = e;
+                Err(String::new())
+            }
+        });
+        r.map_err(|_| fail(format!("{what} within {within:?}"), last))
+    }
+
+    pub fn wait_formed(&self, within: Duration) -> Result<Status, Problem> {
+        self.wait_status(within, "the DVM reported formed", |s| s.formed)
+    }
+
+    /// Checks that `pred` holds on every status read for `window` (a negative property needs
+    /// an observation window); fails with the first status that breaks it.
+    pub fn holds_for(
+        &self,
+        window: Duration,
+        what: &str,
+        pred: impl Fn(&Status) -> bool,
+    ) -> Verdict {
+        let end = Instant::now() + window;
+        while Instant::now() < end {
+            match self.status() {
+                Ok(s) if pred(&s) => {}
+                Ok(s) => return Err(fail(format!("{what} (for {window:?})"), s.describe())),
+                Err(e) => return Err(fail(format!("{what} (for {window:?})"), e)),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// The profile's stop command; then every daemon still running must exit, with status 0.
+    pub fn stop(&mut self) -> Verdict {
+        let mut argv = self.ctx.profile.stop.command.clone();
+        argv.extend(self.tool_args.iter().cloned());
+        let (code, out, err) = self.run_on(&self.ctl, &argv, COMMAND_LIMIT)?;
+        if code != Some(0) {
+            return Err(fail(
+                "the stop command succeeds",
+                format!("exit {code:?}: {out}{err}"),
+            ));
+        }
+        let grace = Duration::from_secs_f64(self.ctx.profile.stop.grace_seconds);
+        for h in self.hosts() {
+            if self.cluster.pid(&h).is_none() || !self.cluster.is_running(&h) {
+                continue;
+            }
+            match self.cluster.wait_exit(&h, grace) {
+                Ok(st) if st.success() => {}
+                Ok(st) => {
+                    return Err(fail(
+                        format!("the daemon on {h} exits with status 0 after stop"),
+                        format!("it exited with {st}"),
+                    ))
+                }
+                Err(_) => {
+                    return Err(fail(
+                        format!("the daemon on {h} exits within {grace:?} after stop"),
+                        "it is still running",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the daemon command once on `host` (outside the cluster's supervision) and waits
+    /// for it to exit: for configurations that must make it abort.
+    pub fn run_daemon_once(
+        &self,
+        host: &str,
+        within: Duration,
+    ) -> Result<(Option<i32>, String, String), Problem> {
+        let argv = self.ctx.profile.daemon.command.clone();
+        self.run_on(host, &argv, within)
+    }
+
+    /// The profile's identity command on `host`.
+    pub fn identity(&self, host: &str) -> Result<Identity, Problem> {
+        let Some(cmd) = &self.ctx.profile.identity else {
+            return Err(Problem::Unsupported(
+                "the profile has no [identity] command".into(),
+            ));
+        };
+        let (code, out, err) = self.run_on(host, &cmd.command, COMMAND_LIMIT)?;
+        if code != Some(0) {
+            return Err(fail(
+                format!("the identity command succeeds on {host}"),
+                format!("exit {code:?}: {err}"),
+            ));
+        }
+        serde_json::from_str(out.trim()).map_err(|e| {
+            fail(
+                format!("the identity JSON on {host}"),
+                format!("{e}: {out}"),
+            )
+        })
+    }
+
+    /// TCP sockets on `host` (as `ss -Htan` prints them): what the host's daemon uses.
+    pub fn tcp_sockets(&self, host: &str) -> Result<String, Problem> {
+        let argv = ["ss", "-Htan"].map(String::from);
+        let (code, out, err) = self.run_on(host, &argv, Duration::from_secs(10))?;
+        if code != Some(0) {
+            return Err(Problem::Unresolved(format!("ss on {host}: {err}")));
+        }
+        Ok(out)
+    }
+
+    /// Whether something on `host` listens on TCP `port`.
+    pub fn listens_on(&self, host: &str, port: u16) -> Result<bool, Problem> {
+        let socks = self.tcp_sockets(host)?;
+        Ok(socks.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.first() == Some(&"LISTEN")
+                && f.get(3).is_some_and(|a| a.ends_with(&format!(":{port}")))
+        }))
+    }
+
+    /// The hosts of the cluster, by name.
+    pub fn hosts(&self) -> Vec<String> {
+        self.cluster
+            .hosts()
+            .iter()
+            .map(|h| h.name.clone())
+            .collect()
+    }
+}
