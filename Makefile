@@ -11,10 +11,13 @@ demo: build
 build:
 	cargo build --workspace --bins
 
-## Lint, then every test of the workspace; tests that had to skip are listed loudly at the end.
+## Lint, then every test of the workspace (the conformance suite included, and once more
+## through its worked-example adapter); tests that had to skip are listed loudly at the end.
 test: lint
 	@rm -f $(SKIPS)
-	DVMLAB_SKIP_LOG=$(SKIPS) cargo nextest run --workspace --no-fail-fast; status=$$?; \
+	export DVMLAB_SKIP_LOG=$(SKIPS) DVMLAB_SKIP_PROFILE_BUILD=1; \
+	cargo nextest run --workspace --no-fail-fast; status=$$?; \
+	$(MAKE) --no-print-directory conformance-adapter || status=1; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \

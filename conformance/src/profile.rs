@@ -225,11 +225,15 @@ impl Profile {
         Profile::load(&path)
     }
 
-    /// Runs the profile's build command, if any.
+    /// Runs the profile's build command, if any, unless `DVMLAB_SKIP_PROFILE_BUILD` is set
+    /// (by a caller that has built the implementation already, e.g. `make test`).
     pub fn build(&self) -> Result<(), String> {
         let Some((prog, args)) = self.implementation.build.split_first() else {
             return Ok(());
         };
+        if std::env::var_os("DVMLAB_SKIP_PROFILE_BUILD").is_some() {
+            return Ok(());
+        }
         let st = std::process::Command::new(prog)
             .args(args)
             .current_dir(&self.dir)

@@ -19,8 +19,26 @@ use crate::partition::{self, Direction, PartitionId, PROBE_WAIT, TABLE};
 pub(crate) struct Faults {
     table_ready: bool,
     next_id: u32,
-    partitions: HashMap<PartitionId, (String, String, Direction)>,
+    /// Each partition's probe pair, direction, and the full host sets it separates.
+    partitions: HashMap<PartitionId, Partition>,
     relays: HashMap<usize, Relay>,
+}
+
+struct Partition {
+    x: String,
+    y: String,
+    a: Vec<String>,
+    b: Vec<String>,
+}
+
+impl Partition {
+    /// Whether it blocks any traffic between `h` and `g` (in either direction: probes
+    /// need the answer too).
+    fn separates(&self, h: &str, g: &str) -> bool {
+        let (ha, hb) = (self.a.iter().any(|x| x == h), self.b.iter().any(|x| x == h));
+        let (ga, gb) = (self.a.iter().any(|x| x == g), self.b.iter().any(|x| x == g));
+        (ha && gb) || (hb && ga)
+    }
 }
 
 /// What a probe from one host to another showed.
@@ -159,9 +177,15 @@ impl Cluster {
             script.push_str(&partition::drop_rules(&chain, &fb, &fa));
         }
         partition::nft(&sw, &script)?;
-        self.faults
-            .partitions
-            .insert(id, (x.to_string(), y.to_string(), dir));
+        self.faults.partitions.insert(
+            id,
+            Partition {
+                x: x.to_string(),
+                y: y.to_string(),
+                a: a.iter().map(|s| s.to_string()).collect(),
+                b: b.iter().map(|s| s.to_string()).collect(),
+            },
+        );
         self.verify_paths(&[(x, y, true), (y, x, dir == Direction::Both)])?;
         Ok(id)
     }
@@ -222,18 +246,13 @@ impl Cluster {
     /// Removes one partition; returns once traffic is shown to pass again.
     pub fn heal(&mut self, id: PartitionId) -> Result<(), String> {
         let sw = self.netns_world("healing")?.switch().to_string();
-        let (x, y, _) = self
+        let Partition { x, y, .. } = self
             .faults
             .partitions
             .remove(&id)
             .ok_or_else(|| format!("no partition {id:?}"))?;
         partition::nft(&sw, &format!("flush chain {TABLE} p{}\n", id.0))?;
-        if self
-            .faults
-            .partitions
-            .values()
-            .any(|(a, b, _)| (a == &x && b == &y) || (a == &y && b == &x))
-        {
+        if self.faults.partitions.values().any(|p| p.separates(&x, &y)) {
             // Another partition still separates the probe pair: nothing to show yet.
             return Ok(());
         }
@@ -255,12 +274,7 @@ impl Cluster {
     pub fn impair(&mut self, host: &str, imp: Impairment) -> Result<(), String> {
         self.unimpair(host)?;
         let i = self.host(host)?.index;
-        let peer = self
-            .hosts()
-            .iter()
-            .find(|h| h.name != host)
-            .map(|h| h.name.clone())
-            .ok_or("impairing a link needs a second host to probe")?;
+        let peer = self.reachable_peer(host);
         let w = self.netns_world("impairing a link")?;
         let sw = w.switch().to_string();
         let br = format!("br{}", i / PORTS_PER_BRIDGE);
@@ -287,17 +301,41 @@ impl Cluster {
             }
         };
         self.faults.relays.insert(i, relay);
-        self.verify_impairment(host, &peer, i, imp)
+        self.verify_impairment(host, peer, i, imp)
     }
 
+    /// Another host no partition separates from `host`, for probes.
+    fn reachable_peer(&self, host: &str) -> Option<String> {
+        self.hosts().iter().map(|h| h.name.clone()).find(|g| {
+            g != host
+                && !self
+                    .faults
+                    .partitions
+                    .values()
+                    .any(|p| p.separates(host, g))
+        })
+    }
+
+    /// Shows the emulator carries `host`'s frames; with a peer to answer, also that a round
+    /// trip takes the configured delay.
     fn verify_impairment(
         &self,
         host: &str,
-        peer: &str,
+        peer: Option<String>,
         i: usize,
         imp: Impairment,
     ) -> Result<(), String> {
-        let (_, dst) = self.probe_pair(host, peer)?;
+        // Any host serves when all are cut off: its frames still cross the emulator first.
+        let target = match &peer {
+            Some(p) => p.clone(),
+            None => self
+                .hosts()
+                .iter()
+                .map(|h| h.name.clone())
+                .find(|g| g != host)
+                .ok_or("impairing a link needs a second host to probe")?,
+        };
+        let (_, dst) = self.probe_pair(host, &target)?;
         let relay = self.faults.relays.get(&i).ok_or("link emulator vanished")?;
         let before = relay
             .stats
@@ -317,6 +355,9 @@ impl Cluster {
             return Err(format!(
                 "fault not verified: no frame of {host} went through its link emulator"
             ));
+        }
+        if peer.is_none() {
+            return Ok(());
         }
         if status.is_none() && imp.loss < 0.5 {
             return Err(format!(
@@ -356,12 +397,21 @@ impl Cluster {
         };
         drop(relay);
         self.rewire_back(i)?;
-        let peer = self
-            .hosts()
-            .iter()
-            .find(|h| h.name != host)
-            .map(|h| h.name.clone())
-            .ok_or("restoring a link needs a second host to probe")?;
+        let sw = self.netns_world("restoring a link")?.switch().to_string();
+        let out = std::process::Command::new("ip")
+            .args(["-n", &sw, "-o", "link", "show", &format!("h{i}")])
+            .output()
+            .map_err(|e| format!("ip link show h{i}: {e}"))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        if !line.contains(" master br") {
+            return Err(format!(
+                "fault not removed: {host}'s link is not back on its bridge: {line}"
+            ));
+        }
+        let Some(peer) = self.reachable_peer(host) else {
+            // Cut off from everyone: the plain link cannot be shown to carry traffic now.
+            return Ok(());
+        };
         // The bridge may still send frames for this host to the removed port until it
         // relearns its address: wait for a probe to be refused, not dropped.
         crate::wait_until(Duration::from_secs(10), Duration::from_millis(50), || {

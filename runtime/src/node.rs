@@ -182,9 +182,13 @@ struct PendingPing {
     sent: Duration,
 }
 
+/// A stop in progress: the ranks below that have not yet confirmed they stopped, and those
+/// that have.
 #[derive(Debug, Clone, Default)]
 struct Stopping {
     tool: Option<LinkId>,
+    pending: BTreeSet<Rank>,
+    confirmed: BTreeSet<Rank>,
 }
 
 /// One member's protocol state. See the module documentation.
@@ -436,8 +440,9 @@ impl Node {
                     link,
                     frame: welcome,
                 });
-                // A daemon that reaches us while we stop is told to stop too.
-                if self.stopping.is_some() {
+                // A daemon that reaches us while we stop is told to stop too, and awaited.
+                if let Some(st) = self.stopping.as_mut() {
+                    st.pending.insert(rank);
                     self.send(link, DaemonMsg::Shutdown);
                 }
             }
@@ -461,6 +466,15 @@ impl Node {
                 body,
             } if from_child || from_parent => self.on_routed(now, src, dst, ttl, body),
             DaemonMsg::Shutdown if from_parent => self.begin_stop(None),
+            DaemonMsg::Stopped { ranks } if from_child => {
+                if let Some(st) = self.stopping.as_mut() {
+                    for r in ranks {
+                        st.pending.remove(&r);
+                        st.confirmed.insert(r);
+                    }
+                    self.maybe_finish_stop();
+                }
+            }
             other => {
                 let mut what = format!("{other:?}");
                 what.truncate(200);
@@ -706,7 +720,16 @@ impl Node {
             }
             return;
         }
-        self.stopping = Some(Stopping { tool });
+        let mut pending = BTreeSet::new();
+        for c in self.children.values() {
+            pending.insert(c.rank);
+            pending.extend(c.members.iter().copied());
+        }
+        self.stopping = Some(Stopping {
+            tool,
+            pending,
+            confirmed: BTreeSet::new(),
+        });
         self.note(Note::JobState {
             state: "TERMINATING",
         });
@@ -722,7 +745,11 @@ impl Node {
     }
 
     fn maybe_finish_stop(&mut self) {
-        if self.children.is_empty() {
+        if self
+            .stopping
+            .as_ref()
+            .is_some_and(|st| st.pending.is_empty())
+        {
             self.finish_stop(Vec::new());
         }
     }
@@ -743,6 +770,11 @@ impl Node {
         self.note(Note::JobState {
             state: "TERMINATED",
         });
+        if let Some((up, _)) = self.up {
+            let mut ranks: Vec<Rank> = st.confirmed.into_iter().collect();
+            ranks.push(self.me);
+            self.send(up, DaemonMsg::Stopped { ranks });
+        }
         if let Some(t) = st.tool {
             self.reply(t, ToolReply::Stopped { unconfirmed });
         }
@@ -809,13 +841,9 @@ impl Node {
         match t {
             Timer::Heartbeat => self.heartbeat(now),
             Timer::StopGrace => {
-                if self.stopping.is_some() {
-                    let mut left: BTreeSet<Rank> = BTreeSet::new();
-                    for c in self.children.values() {
-                        left.insert(c.rank);
-                        left.extend(c.members.iter().copied());
-                    }
-                    self.finish_stop(left.into_iter().collect());
+                if let Some(st) = &self.stopping {
+                    let left = st.pending.iter().copied().collect();
+                    self.finish_stop(left);
                 }
             }
             Timer::Ping(id) => {
@@ -1016,9 +1044,10 @@ mod tests {
         assert_eq!(c.status().members[1].state, MemberState::Lost);
     }
 
-    #[test]
-    fn a_daemon_that_reaches_a_stopping_parent_is_told_to_stop() {
-        let mut c = controller(3);
+    /// A controller of `size` ranks with rank 1 joined on link 10, told by a tool (link 99)
+    /// to stop.
+    fn stopping_controller(size: u32) -> Node {
+        let mut c = controller(size);
         hello(&mut c, T, 10, 1);
         report(&mut c, T, 10, vec![member(1, 0, 1)]);
         c.handle(
@@ -1035,12 +1064,26 @@ mod tests {
                 req: ToolRequest::Stop,
             },
         );
+        c
+    }
+
+    #[test]
+    fn a_daemon_that_reaches_a_stopping_parent_is_told_to_stop() {
+        let mut c = stopping_controller(3);
         let out = hello(&mut c, T, 20, 2);
         assert!(out.contains(&Output::Send {
             link: 20,
             frame: Frame::Daemon(DaemonMsg::Shutdown)
         }));
-        // rank 1 goes; rank 2 never confirms: it is named
+        // rank 1 confirms and goes; rank 2 never confirms: it is named
+        let stopped = DaemonMsg::Stopped { ranks: vec![1] };
+        c.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: stopped,
+            },
+        );
         c.handle(T, Input::Closed { link: 10 });
         let out = c.handle(T, Input::Timer(Timer::StopGrace));
         assert!(
@@ -1050,6 +1093,31 @@ mod tests {
             "{out:?}"
         );
         assert!(out.contains(&Output::Exit));
+    }
+
+    #[test]
+    fn a_child_whose_link_drops_during_a_stop_is_awaited_and_stopped_when_it_returns() {
+        let mut c = stopping_controller(2);
+        // The shutdown is lost with the link (a partition, say): not a confirmation.
+        let out = c.handle(T, Input::Closed { link: 10 });
+        assert!(!out.contains(&Output::Exit), "{out:?}");
+        let out = hello(&mut c, T, 11, 1);
+        assert!(out.contains(&Output::Send {
+            link: 11,
+            frame: Frame::Daemon(DaemonMsg::Shutdown)
+        }));
+        let stopped = DaemonMsg::Stopped { ranks: vec![1] };
+        let out = c.handle(
+            T,
+            Input::Frame {
+                link: 11,
+                msg: stopped,
+            },
+        );
+        assert!(out.contains(&Output::Exit), "{out:?}");
+        assert!(out.iter().any(|o| matches!(o,
+            Output::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. }
+            if unconfirmed.is_empty())));
     }
 
     #[test]

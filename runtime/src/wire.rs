@@ -77,6 +77,10 @@ pub enum DaemonMsg {
     Heartbeat,
     /// Downward: the DVM is stopping; forward to your children, wait for them, exit.
     Shutdown,
+    /// Upward, last thing before a stopping daemon exits: these ranks (itself and the part
+    /// of its subtree that confirmed) have stopped. A link that closes without it leaves its
+    /// ranks unconfirmed: the daemon may come back, and must then be told to stop.
+    Stopped { ranks: Vec<Rank> },
 }
 
 /// Payloads of routed messages.
