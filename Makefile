@@ -29,15 +29,15 @@ conformance:
 
 ## The conformance suite in every cell of IPv4/IPv6 x radix {2, 3, 64}.
 conformance-matrix:
-	DVMLAB_IP=4,6 DVMLAB_RADIX=2,3,64 DVMLAB_RESULTS=$(CURDIR)/target/conformance-matrix cargo test -p conformance
+	DVMLAB_IP=4,6 DVMLAB_RADIX=2,3,64 DVMLAB_RESULTS=$(CURDIR)/target/conformance-matrix cargo test -p conformance --test conformance
 
 ## The conformance suite through the worked-example adapter (human-readable status).
 conformance-adapter:
-	DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/human-status-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-adapter cargo test -p conformance
+	DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/human-status-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-adapter cargo test -p conformance --test conformance
 
 ## Rerun the whole suite and rewrite conformance/TRACEABILITY.md with its results.
 traceability:
-	DVMLAB_WRITE_TRACEABILITY=1 cargo test -p conformance -- --include-ignored
+	DVMLAB_WRITE_TRACEABILITY=1 cargo test -p conformance --test conformance
 
 lint:
 	cargo fmt --all -- --check

@@ -38,7 +38,11 @@ pub struct Item {
     /// What the item demands, in the suite's own words.
     pub statement: String,
     /// Names of the tests that cover it.
+    #[serde(default)]
     pub tests: Vec<String>,
+    /// Why a black-box suite cannot judge this item (it then has no tests and is NOT_RUN).
+    #[serde(default)]
+    pub out_of_scope: Option<String>,
 }
 
 /// One spec's catalog.
@@ -74,8 +78,17 @@ pub fn parse(path: &str, text: &str) -> Result<Catalog, String> {
         if !seen.insert(it.id.as_str()) {
             return Err(format!("{path}: item {} is listed twice", it.id));
         }
-        if it.statement.trim().is_empty() {
-            return Err(format!("{path}: item {} has no statement", it.id));
+        if it.statement.trim().is_empty() || it.statement.contains('\n') {
+            return Err(format!(
+                "{path}: item {} needs a statement of one line",
+                it.id
+            ));
+        }
+        if it.out_of_scope.is_some() && !it.tests.is_empty() {
+            return Err(format!(
+                "{path}: item {} is out of scope yet names tests",
+                it.id
+            ));
         }
     }
     Ok(c)

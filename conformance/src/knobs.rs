@@ -101,11 +101,20 @@ impl Knobs {
                     .map_err(|_| format!("DVMLAB_SEED={s}: expected an unsigned integer"))?,
                 true,
             ),
+            // Every process of one nextest run must draw the same seed: derive it from the
+            // run's id there, from the clock otherwise.
             Err(_) => (
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64 % 1_000_000_007)
-                    .unwrap_or(1),
+                match std::env::var("NEXTEST_RUN_ID") {
+                    Ok(id) => {
+                        id.bytes().fold(1469598103934665603u64, |h, b| {
+                            (h ^ u64::from(b)).wrapping_mul(1099511628211)
+                        }) % 1_000_000_007
+                    }
+                    Err(_) => std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64 % 1_000_000_007)
+                        .unwrap_or(1),
+                },
                 false,
             ),
         };

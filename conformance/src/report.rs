@@ -82,7 +82,10 @@ pub fn assemble(
                     level: it.level.label().to_string(),
                     cell: cell.clone(),
                     outcome: Outcome::NotRun,
-                    reason: Some("not selected in this run".into()),
+                    reason: Some(match &it.out_of_scope {
+                        Some(why) => format!("out of scope: {why}"),
+                        None => "not selected in this run".into(),
+                    }),
                     duration_ms: 0,
                     tests: Vec::new(),
                 }));
@@ -123,15 +126,46 @@ pub fn totals_line(r: &Results) -> String {
     format!("conformance: {}", parts.join(", "))
 }
 
+/// Whether the run shows the implementation conformant: every MUST item PASS in every cell
+/// (an UNSUPPORTED or NOT_RUN MUST item is not a pass; items out of the suite's scope are
+/// listed in the catalog but not counted).
+pub fn verdict_line(r: &Results) -> String {
+    let open: Vec<&ItemRecord> = r
+        .items
+        .iter()
+        .filter(|i| i.level == "MUST" && i.outcome != Outcome::Pass)
+        .filter(|i| {
+            !i.reason
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("out of scope")
+        })
+        .collect();
+    if open.is_empty() {
+        "conformance: every MUST item PASS".to_string()
+    } else {
+        format!(
+            "conformance: {} MUST item(s) not PASS (not conformant as run): {}",
+            open.len(),
+            open.iter()
+                .take(8)
+                .map(|i| format!("{} [{}] {}", i.id, i.cell, i.outcome))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
 /// A Markdown table per spec (and cell).
 pub fn markdown(r: &Results, catalogs: &[Catalog]) -> String {
     let mut s = format!(
-        "# Conformance results\n\nImplementation: {} (profile `{}`), backend {}, seed {}.\n\n{}\n",
+        "# Conformance results\n\nImplementation: {} (profile `{}`), backend {}, seed {}.\n\n{}\n\n{}\n",
         r.profile.implementation,
         r.profile.path,
         r.backend,
         r.seed,
-        totals_line(r)
+        totals_line(r),
+        verdict_line(r)
     );
     for cell in &r.cells {
         for c in catalogs {

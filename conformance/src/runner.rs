@@ -16,7 +16,7 @@ use crate::checks::{self, TestDef};
 use crate::knobs::{Cell, Knobs};
 use crate::outcome::{Outcome, Problem};
 use crate::profile::Profile;
-use crate::report::{self, ItemRecord, ProfileInfo, TestRecord};
+use crate::report::{self, ItemRecord, ProfileInfo, Results, TestRecord};
 use crate::sut::Ctx;
 use crate::traceability;
 
@@ -84,9 +84,12 @@ impl Suite {
                 .records_dir(cell)
                 .join("tests")
                 .join(format!("{}.json", def.name));
+            // A result another process of this run recorded is reused, unless it did not
+            // pass: a retry (nextest --retries) must run the test again.
             if let Some(r) = std::fs::read_to_string(&file)
                 .ok()
                 .and_then(|t| serde_json::from_str::<TestRecord>(&t).ok())
+                .filter(|r| !matches!(r.outcome, Outcome::Fail | Outcome::Unresolved))
             {
                 return r;
             }
@@ -182,6 +185,11 @@ impl Suite {
     }
 
     fn run_item(&self, cell: &Cell, spec: &str, item: &Item) -> Result<Completion, Failed> {
+        if let Some(why) = &item.out_of_scope {
+            return Ok(Completion::ignored_with(format!(
+                "NOT_RUN: out of scope: {why}"
+            )));
+        }
         let started = Instant::now();
         let mut tests = Vec::new();
         for name in &item.tests {
@@ -276,7 +284,11 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-fn meta_trials(catalogs: &[Catalog], registered: Vec<&'static str>) -> Vec<Trial> {
+fn meta_trials(
+    catalogs: &[Catalog],
+    registered: Vec<&'static str>,
+    regenerating: bool,
+) -> Vec<Trial> {
     let cats = catalogs.to_vec();
     let cats2 = catalogs.to_vec();
     vec![
@@ -289,7 +301,7 @@ fn meta_trials(catalogs: &[Catalog], registered: Vec<&'static str>) -> Vec<Trial
             }
         }),
         Trial::ignorable_test("meta.traceability-matrix-is-current", move || {
-            if std::env::var_os("DVMLAB_WRITE_TRACEABILITY").is_some() {
+            if regenerating {
                 return Ok(Completion::ignored_with("the matrix is being regenerated"));
             }
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(traceability::FILE);
@@ -307,14 +319,34 @@ fn meta_trials(catalogs: &[Catalog], registered: Vec<&'static str>) -> Vec<Trial
     ]
 }
 
-fn setup() -> Result<Suite, String> {
+/// What a caller may set instead of the environment (the suite's own tests use it to run
+/// the suite against deliberately broken implementations).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub profile: Option<PathBuf>,
+    pub results: Option<PathBuf>,
+    /// Cells and seed instead of `DVMLAB_*`.
+    pub knobs: Option<Knobs>,
+    /// Rewrite `TRACEABILITY.md` with this run's results.
+    pub write_traceability: bool,
+}
+
+fn setup(over: &Overrides) -> Result<Suite, String> {
     let catalogs = catalog::all()?;
-    let knobs = Knobs::from_env()?;
-    let profile = Arc::new(Profile::from_env()?);
+    let knobs = match &over.knobs {
+        Some(k) => k.clone(),
+        None => Knobs::from_env()?,
+    };
+    let profile = Arc::new(match &over.profile {
+        Some(p) => Profile::load(p)?,
+        None => Profile::from_env()?,
+    });
     let tests: HashMap<&'static str, TestDef> =
         checks::all().into_iter().map(|t| (t.name, t)).collect();
-    let out = std::env::var_os("DVMLAB_RESULTS")
-        .map(PathBuf::from)
+    let out = over
+        .results
+        .clone()
+        .or_else(|| std::env::var_os("DVMLAB_RESULTS").map(PathBuf::from))
         .unwrap_or_else(|| {
             let exe = std::env::current_exe().unwrap_or_default();
             // <target>/<profile>/deps/<binary> → <target>/conformance
@@ -333,6 +365,7 @@ fn setup() -> Result<Suite, String> {
                 .unwrap_or(0)
         )
     });
+    prune_old_records(&out.join("records"));
     Ok(Suite {
         profile,
         knobs,
@@ -345,20 +378,45 @@ fn setup() -> Result<Suite, String> {
     })
 }
 
+/// Removes the records of runs that ended long ago (each run, or nextest run, has its own).
+fn prune_old_records(dir: &Path) {
+    const OLD: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > OLD);
+        if old {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// The test binary's `main`.
 pub fn main() -> ExitCode {
-    let args = Arguments::from_args();
-    let suite = match setup() {
-        Ok(s) => Arc::new(s),
+    let over = Overrides {
+        write_traceability: std::env::var_os("DVMLAB_WRITE_TRACEABILITY").is_some(),
+        ..Overrides::default()
+    };
+    match run(&Arguments::from_args(), &over) {
+        Ok((code, _)) => code,
         Err(e) => {
             eprintln!("conformance: {e}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
-    };
+    }
+}
+
+/// Runs the trials `args` select; returns the exit code and, if any trial ran, the results.
+pub fn run(args: &Arguments, over: &Overrides) -> Result<(ExitCode, Option<Results>), String> {
+    let suite = Arc::new(setup(over)?);
+    let write_traceability = over.write_traceability;
     let mut trials = Vec::new();
     let mut registered: Vec<&'static str> = suite.tests.keys().copied().collect();
     registered.sort_unstable();
-    trials.extend(meta_trials(&suite.catalogs, registered));
+    trials.extend(meta_trials(&suite.catalogs, registered, write_traceability));
     for cell in suite.knobs.cells.clone() {
         for c in &suite.catalogs {
             for item in &c.items {
@@ -400,15 +458,13 @@ pub fn main() -> ExitCode {
             suite.out.display()
         );
     }
-    let conclusion = libtest_mimic::run(&args, trials);
-    if !args.list && will_run > 0 {
-        finish(&suite);
-    }
-    conclusion.exit_code()
+    let conclusion = libtest_mimic::run(args, trials);
+    let results = (!args.list && will_run > 0).then(|| finish(&suite, write_traceability));
+    Ok((conclusion.exit_code(), results))
 }
 
 /// Writes the reports of this run (all its processes so far) and prints the totals line.
-fn finish(suite: &Suite) {
+fn finish(suite: &Suite, write_traceability: bool) -> Results {
     let cells: Vec<String> = suite.knobs.cells.iter().map(Cell::name).collect();
     let results = report::assemble(
         &suite.catalogs,
@@ -424,7 +480,7 @@ fn finish(suite: &Suite) {
     if let Err(e) = report::write_all(&suite.out, &results, &suite.catalogs) {
         eprintln!("conformance: writing reports: {e}");
     }
-    if std::env::var_os("DVMLAB_WRITE_TRACEABILITY").is_some() {
+    if write_traceability {
         let first = &cells[0];
         let last: BTreeMap<String, String> = results
             .items
@@ -450,4 +506,6 @@ fn finish(suite: &Suite) {
         suite.out.display()
     );
     println!("{}", report::totals_line(&results));
+    println!("{}", report::verdict_line(&results));
+    results
 }

@@ -23,7 +23,7 @@ pub struct Member {
 }
 
 /// What the status command prints.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Status {
     pub namespace: String,
     pub formed: bool,

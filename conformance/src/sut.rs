@@ -146,6 +146,12 @@ impl<'a> Dvm<'a> {
             spec.identity_env = pb.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
         tweak(&mut spec);
+        if spec.ip == IpMode::V6 && !p.features.ipv6 {
+            return Err(Problem::Unsupported(format!(
+                "IPv6-only hosts, and profile {} does not declare feature `ipv6`",
+                p.path.display()
+            )));
+        }
         if spec.backend == BackendKind::Process && spec.ip != IpMode::V4 {
             return Err(Problem::NotRun("IPv6 hosts need the netns backend".into()));
         }
@@ -200,19 +206,33 @@ impl<'a> Dvm<'a> {
         Ok((st.map(|s| s.code().unwrap_or(128)), out, err))
     }
 
-    /// The profile's status command on the controller's host, parsed.
-    pub fn status(&self) -> Result<Status, String> {
+    /// The profile's status command on the controller's host, parsed. `Err(Ok(why))` when
+    /// the implementation gave no status (it may not be up yet); `Err(Err(problem))` when
+    /// the command could not even be run (an unresolved harness problem).
+    pub fn status(&self) -> Result<Status, Result<String, Problem>> {
         let mut argv = self.ctx.profile.status.command.clone();
         argv.extend(self.tool_args.iter().cloned());
-        let (code, out, err) = self
-            .run_on(&self.ctl, &argv, COMMAND_LIMIT)
-            .map_err(|p| p.to_string())?;
+        let (code, out, err) = self.run_on(&self.ctl, &argv, COMMAND_LIMIT).map_err(Err)?;
         if code != Some(0) {
-            return Err(format!("status command exited {code:?}: {}", err.trim()));
+            return Err(Ok(format!(
+                "status command exited {code:?}: {}",
+                err.trim()
+            )));
         }
         serde_json::from_str(out.trim()).map_err(|e| {
-            format!("status command printed something that is not the status JSON ({e}): {out}")
+            Ok(format!(
+                "status command printed something that is not the status JSON ({e}): {out}"
+            ))
         })
+    }
+
+    /// The status now; no status at all is a failure to report one.
+    pub fn status_now(&self, what: &str) -> Result<Status, Problem> {
+        match self.status() {
+            Ok(s) => Ok(s),
+            Err(Ok(why)) => Err(fail(what, why)),
+            Err(Err(p)) => Err(p),
+        }
     }
 
     /// Waits until the status satisfies `pred`; fails (with the last status seen) if it
@@ -224,17 +244,26 @@ impl<'a> Dvm<'a> {
         pred: impl Fn(&Status) -> bool,
     ) -> Result<Status, Problem> {
         let mut last = String::from("no status yet");
+        let mut broken = None;
         let r = wait_until(within, Duration::from_millis(50), || match self.status() {
             Ok(s) if pred(&s) => Ok(s),
             Ok(s) => {
                 last = s.describe();
                 Err(String::new())
             }
-            Err(e) => {
+            Err(Ok(e)) => {
                 last = e;
                 Err(String::new())
             }
+            Err(Err(p)) => {
+                broken = Some(p);
+                // Ends the wait at once: the harness, not the implementation, failed.
+                Ok(Status::default())
+            }
         });
+        if let Some(p) = broken {
+            return Err(p);
+        }
         r.map_err(|_| fail(format!("{what} within {within:?}"), last))
     }
 
@@ -255,14 +284,15 @@ impl<'a> Dvm<'a> {
             match self.status() {
                 Ok(s) if pred(&s) => {}
                 Ok(s) => return Err(fail(format!("{what} (for {window:?})"), s.describe())),
-                Err(e) => return Err(fail(format!("{what} (for {window:?})"), e)),
+                Err(Ok(e)) => return Err(fail(format!("{what} (for {window:?})"), e)),
+                Err(Err(p)) => return Err(p),
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(())
     }
 
-    /// The profile's stop command; then every daemon still running must exit, with status 0.
+    /// The profile's stop command; then every daemon started must have exited, with status 0.
     pub fn stop(&mut self) -> Verdict {
         let mut argv = self.ctx.profile.stop.command.clone();
         argv.extend(self.tool_args.iter().cloned());
@@ -275,9 +305,10 @@ impl<'a> Dvm<'a> {
         }
         let grace = Duration::from_secs_f64(self.ctx.profile.stop.grace_seconds);
         for h in self.hosts() {
-            if self.cluster.pid(&h).is_none() || !self.cluster.is_running(&h) {
+            if self.cluster.pid(&h).is_none() {
                 continue;
             }
+            // A daemon that exited before the stop is judged by its status too.
             match self.cluster.wait_exit(&h, grace) {
                 Ok(st) if st.success() => {}
                 Ok(st) => {
@@ -305,7 +336,17 @@ impl<'a> Dvm<'a> {
         within: Duration,
     ) -> Result<(Option<i32>, String, String), Problem> {
         let argv = self.ctx.profile.daemon.command.clone();
-        self.run_on(host, &argv, within)
+        let (code, out, err) = self.run_on(host, &argv, within)?;
+        // Into the host's log, which a failure report copies and points to.
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.cluster.log_file(host))
+        {
+            use std::io::Write;
+            let _ = writeln!(f, "==== {argv:?} exited {code:?}\n{out}{err}");
+        }
+        Ok((code, out, err))
     }
 
     /// The profile's identity command on `host`.
@@ -340,13 +381,26 @@ impl<'a> Dvm<'a> {
         Ok(out)
     }
 
-    /// Whether something on `host` listens on TCP `port`.
+    /// Whether something on `host` listens on TCP `port`. Process hosts share the machine's
+    /// sockets, so there the listener must be bound to the host's own address.
     pub fn listens_on(&self, host: &str, port: u16) -> Result<bool, Problem> {
         let socks = self.tcp_sockets(host)?;
+        let own = match self.ctx.cell.backend {
+            BackendKind::Netns => None,
+            BackendKind::Process => self
+                .cluster
+                .host(host)
+                .ok()
+                .and_then(|h| h.v4)
+                .map(|a| format!("{a}:{port}")),
+        };
         Ok(socks.lines().any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             f.first() == Some(&"LISTEN")
-                && f.get(3).is_some_and(|a| a.ends_with(&format!(":{port}")))
+                && f.get(3).is_some_and(|a| match &own {
+                    Some(own) => a == own,
+                    None => a.ends_with(&format!(":{port}")),
+                })
         }))
     }
 

@@ -440,6 +440,9 @@ impl Cluster {
     /// Stops the daemon on `host` dead (SIGSTOP to its process group): no FIN, no answer,
     /// while its kernel still accepts connections. Returns once the kernel shows it stopped.
     pub fn freeze(&mut self, host: &str) -> Result<(), String> {
+        if self.pid(host).is_some() && !self.is_running(host) {
+            return Err(format!("the daemon on {host} has exited"));
+        }
         self.signal(host, Signal::SIGSTOP)?;
         self.wait_stopped(host, true)
     }
@@ -450,10 +453,13 @@ impl Cluster {
         self.wait_stopped(host, false)
     }
 
-    fn wait_stopped(&self, host: &str, stopped: bool) -> Result<(), String> {
+    fn wait_stopped(&mut self, host: &str, stopped: bool) -> Result<(), String> {
         let pid = self
             .pid(host)
             .ok_or_else(|| format!("{host} was not started"))?;
+        if let Some(Ok(Some(st))) = self.procs.get_mut(host).map(|c| c.try_wait()) {
+            return Err(format!("the daemon on {host} has exited ({st})"));
+        }
         wait_until(Duration::from_secs(5), Duration::from_millis(5), || {
             let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
                 .map_err(|e| format!("{host} (pid {pid}): {e}"))?;

@@ -74,14 +74,18 @@ fn list_chain(ns: &str, chain: &str) -> Result<serde_json::Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("nft JSON from {ns}: {e}"))
 }
 
-/// The script that creates the table: `seen` counts probes before any partition rule,
-/// `cut` holds one jump per partition, `passed` counts probes that got through.
+/// The script that creates the table: `watch` counts connection attempts, `seen` counts
+/// probes before any partition rule, `cut` holds one jump per partition, `passed` counts
+/// probes that got through. IPv6 neighbour discovery crosses partitions, as ARP does for
+/// IPv4 (it is not IP): without it a probe could not even be sent, and the drop could not
+/// be shown; what a partition cuts is the hosts' IP traffic.
 pub(crate) fn table_script() -> String {
     format!(
         "add table {TABLE}\n\
          add chain {TABLE} watch {{ type filter hook forward priority -20; policy accept; }}\n\
          add chain {TABLE} seen {{ type filter hook forward priority -10; policy accept; }}\n\
          add chain {TABLE} cut {{ type filter hook forward priority 0; policy accept; }}\n\
+         add rule {TABLE} cut icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert }} accept\n\
          add chain {TABLE} passed {{ type filter hook forward priority 10; policy accept; }}\n"
     )
 }

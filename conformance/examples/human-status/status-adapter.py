@@ -53,7 +53,8 @@ def parse(text):
     members = []
     for n, line in enumerate(lines[3:], start=4):
         f = line.split()
-        if len(f) != 5 or not f[0].isdigit() or f[4] not in STATES:
+        if (len(f) != 5 or not f[0].isdigit() or f[4] not in STATES
+                or not (f[2] == "-" or f[2].isdigit())):
             fail(f"line {n} is not a member row: {line!r}")
         members.append({
             "rank": int(f[0]),

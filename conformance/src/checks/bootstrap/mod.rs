@@ -32,6 +32,8 @@ pub(crate) fn tests() -> Vec<TestDef> {
         default_cluster_name_gives_namespace_cluster_prte_dvm,
         formed_is_reported_only_after_every_dvmnodes_node_reported_in,
         radix_defaults_to_64,
+        operational_keys_do_not_change_formation,
+        dvmnodes_ip_literals_match_hosts_by_address,
         comments_blank_lines_and_unknown_keys_are_ignored,
         a_line_without_equals_aborts_bootstrap,
         an_empty_key_aborts_bootstrap,
@@ -61,8 +63,12 @@ pub(crate) fn tests() -> Vec<TestDef> {
         connect_max_time_zero_disables_healing,
         connect_max_time_defaults_to_30_seconds,
         a_partitioned_group_joins_once_the_partition_heals,
-        formation_survives_delay_loss_and_duplication_on_links,
     ];
+    v.push(TestDef {
+        name: "formation_survives_delay_loss_and_duplication_on_links",
+        run: formation_survives_delay_loss_and_duplication_on_links,
+        seeded: true,
+    });
     v.push(TestDef {
         name: "dvm_forms_under_a_seeded_random_fault_schedule",
         run: dvm_forms_under_a_seeded_random_fault_schedule,
