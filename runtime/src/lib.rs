@@ -1,7 +1,7 @@
 //! dvmlab's runtime: `prted` daemons that form a DVM by the bootstrap method, and `pctl`.
 //!
 //! The protocol and state machines are sans-IO types (`conf`, `identity`, `tree`, `net`,
-//! `uplink`, `node`, `wire`); `hosts`, `bootstrap`, `daemon` and `client` do the IO around
+//! `uplink`, `node`, `wire`, `idset`); `hosts`, `bootstrap`, `daemon` and `client` do the IO around
 //! them. See `ARCHITECTURE.md` at the repository root.
 
 pub mod bootstrap;
@@ -13,6 +13,7 @@ pub mod diag;
 pub mod hostname;
 pub mod hosts;
 pub mod identity;
+pub mod idset;
 pub mod net;
 pub mod node;
 pub mod tree;
