@@ -14,6 +14,7 @@ pub mod hostname;
 pub mod hosts;
 pub mod identity;
 pub mod idset;
+pub mod jobexec;
 pub mod net;
 pub mod node;
 pub mod tree;

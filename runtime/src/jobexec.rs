@@ -1,0 +1,1212 @@
+//! The job-exec module of one daemon (Flux RFC 33, mapped onto the DVM): it tracks every job
+//! running on itself and below it, passes state updates down the links whose subtrees a job
+//! touches, runs the local job shell, and reduces what its subtree reports (start, barrier,
+//! finish, release) into one message upward per job and event. Exceptions go up at once. On
+//! the controller (rank 0) it also plays the RFC 32 side: it turns the reductions into the
+//! job manager's events.
+//!
+//! Sans-IO: the daemon feeds [`Input`]s and carries out [`Output`]s. Links are the daemon's
+//! (numbered by the shell); the subtree behind each child link is given as an idset.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::idset::IdSet;
+use crate::node::LinkId;
+use crate::tree::Rank;
+
+pub type JobId = u64;
+
+/// What to run, as the controller's job manager was given it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Processes per rank.
+    #[serde(default = "one")]
+    pub procs: u32,
+    /// Milliseconds before the job is killed with a `timeout` exception.
+    #[serde(default)]
+    pub time_limit_ms: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// How a `state-update` tuple is to be resolved (RFC 33).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UpdateType {
+    Add,
+    Remove,
+    Check,
+}
+
+/// A `state-update` tuple, serialized as the RFC's array `[id, userid, type, idset]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTuple(pub JobId, pub u32, pub UpdateType, pub IdSet);
+
+/// The `data` object of a `state-update`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Jobs {
+    pub jobs: Vec<JobTuple>,
+}
+
+/// `job-exec.hello` responses: sent down to the ranks in `idset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ExecDown {
+    /// RFC 33 `state-update`: `data.jobs` tuples.
+    StateUpdate { idset: IdSet, data: Jobs },
+    /// What a job runs; precedes its `add` (RFC 33 leaves job data to other services).
+    JobInfo {
+        idset: IdSet,
+        id: JobId,
+        spec: JobSpec,
+    },
+    /// Every shell of the job entered barrier `seq`: they may leave it.
+    BarrierDone { idset: IdSet, id: JobId, seq: u64 },
+    /// A job exception event; fatal ones (severity 0) kill the local shells.
+    Exception {
+        idset: IdSet,
+        id: JobId,
+        severity: u32,
+        kind: String,
+        note: String,
+    },
+    /// Deliver a signal to the job's local shells.
+    Signal {
+        idset: IdSet,
+        id: JobId,
+        signal: i32,
+    },
+}
+
+/// Requests sent upward (RFC 33 `job-exec.*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "req", rename_all = "kebab-case")]
+pub enum ExecUp {
+    Hello,
+    Start {
+        id: JobId,
+        ranks: IdSet,
+    },
+    Barrier {
+        id: JobId,
+        ranks: IdSet,
+        seq: u64,
+    },
+    Finish {
+        id: JobId,
+        ranks: IdSet,
+        status: i32,
+    },
+    Exception {
+        id: JobId,
+        severity: u32,
+        #[serde(rename = "type")]
+        kind: String,
+        note: String,
+    },
+    Release {
+        id: JobId,
+        ranks: IdSet,
+    },
+}
+
+/// What the controller's job manager hears (RFC 32 `start` responses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEvent {
+    /// Every shell started.
+    Started { id: JobId },
+    /// Every shell exited; the greatest wait status.
+    Finished { id: JobId, status: i32 },
+    Exception {
+        id: JobId,
+        severity: u32,
+        kind: String,
+        note: String,
+    },
+    /// These ranks may be released; `last` once the whole job is.
+    Released { id: JobId, ranks: IdSet, last: bool },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The daemon's child links and the ranks behind each (the child included).
+    Children(Vec<(LinkId, IdSet)>),
+    /// A new upward link (or none): the hello starts over.
+    Uplink(Option<LinkId>),
+    Down(ExecDown),
+    Up {
+        link: LinkId,
+        req: ExecUp,
+    },
+    /// Controller: the job manager asks to run a job on `ranks`.
+    Submit {
+        id: JobId,
+        userid: u32,
+        ranks: IdSet,
+        spec: JobSpec,
+    },
+    /// Controller: the job manager knows these jobs to be running (after a restart), so the
+    /// hello may begin; everything else it starts later.
+    Recovered(Vec<(JobId, u32, IdSet, JobSpec)>),
+    /// Controller: an exception raised by a tool or the job manager (time limit, kill).
+    Raise {
+        id: JobId,
+        severity: u32,
+        kind: String,
+        note: String,
+    },
+    /// Controller: deliver `signal` to every shell of the job.
+    Signal {
+        id: JobId,
+        signal: i32,
+    },
+    /// The local shell of `id` is running.
+    ShellStarted {
+        id: JobId,
+    },
+    ShellBarrier {
+        id: JobId,
+        seq: u64,
+    },
+    /// The local shell exited with this wait status.
+    ShellExited {
+        id: JobId,
+        status: i32,
+    },
+    /// The local epilog finished: this rank's resources may go.
+    EpilogDone {
+        id: JobId,
+    },
+    /// Something failed locally (launch, prolog): raise a job exception.
+    LocalFailure {
+        id: JobId,
+        note: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    SendDown {
+        link: LinkId,
+        msg: ExecDown,
+    },
+    SendUp(ExecUp),
+    /// Run the prolog, then start the job's local shell.
+    Launch {
+        id: JobId,
+        spec: JobSpec,
+    },
+    /// Signal the job's local processes (SIGKILL for a fatal exception).
+    Kill {
+        id: JobId,
+        signal: i32,
+    },
+    /// Let the local shell leave barrier `seq`.
+    BarrierDone {
+        id: JobId,
+        seq: u64,
+    },
+    /// Run the local epilog (after the shell exited).
+    Epilog {
+        id: JobId,
+    },
+    /// Controller only.
+    Event(JobEvent),
+    /// Something worth an error line in the log.
+    Log(String),
+}
+
+/// The local shell's lifecycle on this rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shell {
+    Launching,
+    Running,
+    Exited,
+    Released,
+}
+
+/// One job as this module sees it: itself and its subtree.
+#[derive(Debug, Clone)]
+struct Job {
+    userid: u32,
+    ranks: IdSet,
+    spec: Option<JobSpec>,
+    shell: Option<Shell>,
+    started: IdSet,
+    finished: IdSet,
+    status: i32,
+    released: IdSet,
+    /// Barrier sequence being gathered and who entered it.
+    barrier: Option<(u64, IdSet)>,
+    /// What was already sent up (reset when the upward link changes).
+    sent_start: bool,
+    sent_finish: bool,
+    sent_release: IdSet,
+    /// Controller: partial releases already given to the job manager.
+    reported_release: IdSet,
+}
+
+/// Upward messages counted on this daemon, by kind (the reductions are proven with them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub start: u64,
+    pub barrier: u64,
+    pub finish: u64,
+    pub exception: u64,
+    pub release: u64,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct JobExec {
+    me: Rank,
+    controller: bool,
+    children: Vec<(LinkId, IdSet)>,
+    up: Option<LinkId>,
+    /// The initial hello response came from upstream (or, on the controller, the job
+    /// manager said which jobs run).
+    ready: bool,
+    /// Children that said hello before we were ready.
+    waiting: BTreeSet<LinkId>,
+    jobs: BTreeMap<JobId, Job>,
+    infos: BTreeMap<JobId, JobSpec>,
+    pub counters: Counters,
+    out: Vec<Output>,
+}
+
+impl JobExec {
+    pub fn new(me: Rank, controller: bool) -> JobExec {
+        JobExec {
+            me,
+            controller,
+            children: Vec::new(),
+            up: None,
+            ready: false,
+            waiting: BTreeSet::new(),
+            jobs: BTreeMap::new(),
+            infos: BTreeMap::new(),
+            counters: Counters::default(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Jobs this module tracks, with their ranks.
+    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &IdSet)> {
+        self.jobs.iter().map(|(id, j)| (*id, &j.ranks))
+    }
+
+    pub fn handle(&mut self, input: Input) -> Vec<Output> {
+        match input {
+            Input::Children(c) => self.children = c,
+            Input::Uplink(link) => self.on_uplink(link),
+            Input::Down(msg) => self.on_down(msg),
+            Input::Up { link, req } => self.on_up(link, req),
+            Input::Submit {
+                id,
+                userid,
+                ranks,
+                spec,
+            } => {
+                if self.controller {
+                    self.ready = true;
+                    self.on_down(ExecDown::JobInfo {
+                        idset: ranks.clone(),
+                        id,
+                        spec,
+                    });
+                    self.on_down(ExecDown::StateUpdate {
+                        idset: ranks.clone(),
+                        data: Jobs {
+                            jobs: vec![JobTuple(id, userid, UpdateType::Add, ranks)],
+                        },
+                    });
+                }
+            }
+            Input::Recovered(list) => self.on_recovered(list),
+            Input::Raise {
+                id,
+                severity,
+                kind,
+                note,
+            } => self.on_exception(id, severity, kind, note),
+            Input::Signal { id, signal } => {
+                if let Some(j) = self.jobs.get(&id) {
+                    let idset = j.ranks.clone();
+                    self.on_down(ExecDown::Signal { idset, id, signal });
+                }
+            }
+            Input::ShellStarted { id } => self.local(id, |j, me| {
+                j.shell = Some(Shell::Running);
+                j.started.insert(me);
+            }),
+            Input::ShellBarrier { id, seq } => self.local(id, |j, me| match &mut j.barrier {
+                Some((s, entered)) if *s == seq => entered.insert(me),
+                _ => j.barrier = Some((seq, IdSet::range(me, me))),
+            }),
+            Input::ShellExited { id, status } => {
+                self.local(id, |j, me| {
+                    j.shell = Some(Shell::Exited);
+                    j.finished.insert(me);
+                    j.status = j.status.max(status);
+                });
+                if self.jobs.contains_key(&id) {
+                    self.emit(Output::Epilog { id });
+                }
+            }
+            Input::EpilogDone { id } => self.local(id, |j, me| {
+                j.shell = Some(Shell::Released);
+                j.released.insert(me);
+            }),
+            Input::LocalFailure { id, note } => self.raise_up(id, 0, "exec".into(), note),
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn emit(&mut self, o: Output) {
+        self.out.push(o);
+    }
+
+    /// The ranks of this module and everything below it.
+    fn subtree(&self) -> IdSet {
+        let mut s = IdSet::range(self.me, self.me);
+        for (_, ids) in &self.children {
+            s = s.union(ids);
+        }
+        s
+    }
+
+    /// Sends `msg` to every child whose subtree intersects `idset`.
+    fn fan_out(&mut self, idset: &IdSet, msg: &ExecDown) {
+        let targets: Vec<LinkId> = self
+            .children
+            .iter()
+            .filter(|(_, ids)| ids.intersects(idset))
+            .map(|(l, _)| *l)
+            .collect();
+        for link in targets {
+            self.emit(Output::SendDown {
+                link,
+                msg: msg.clone(),
+            });
+        }
+    }
+
+    fn on_uplink(&mut self, link: Option<LinkId>) {
+        self.up = link;
+        if self.controller {
+            return;
+        }
+        // A new parent knows nothing of what we sent the old one.
+        self.ready = false;
+        for j in self.jobs.values_mut() {
+            j.sent_start = false;
+            j.sent_finish = false;
+            j.sent_release = IdSet::new();
+        }
+        if link.is_some() {
+            self.emit(Output::SendUp(ExecUp::Hello));
+        }
+    }
+
+    fn on_recovered(&mut self, list: Vec<(JobId, u32, IdSet, JobSpec)>) {
+        for (id, userid, ranks, spec) in list {
+            self.infos.insert(id, spec.clone());
+            self.jobs
+                .entry(id)
+                .or_insert_with(|| Job::new(userid, ranks, Some(spec)));
+        }
+        self.become_ready();
+    }
+
+    /// The first hello response arrived (or the controller's job manager spoke): children
+    /// that asked may now get theirs.
+    fn become_ready(&mut self) {
+        self.ready = true;
+        for link in std::mem::take(&mut self.waiting) {
+            self.answer_hello(link);
+        }
+    }
+
+    /// The initial `state-update` for a child: a `check` for every job running there.
+    fn answer_hello(&mut self, link: LinkId) {
+        let Some(ids) = self
+            .children
+            .iter()
+            .find(|(l, _)| *l == link)
+            .map(|(_, ids)| ids.clone())
+        else {
+            return;
+        };
+        let infos: Vec<(JobId, JobSpec, IdSet)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.ranks.intersects(&ids))
+            .filter_map(|(id, j)| j.spec.clone().map(|s| (*id, s, j.ranks.clone())))
+            .collect();
+        // Job data first, so a restarted child can still run what it is later told to add.
+        for (id, spec, ranks) in infos {
+            self.emit(Output::SendDown {
+                link,
+                msg: ExecDown::JobInfo {
+                    idset: ranks,
+                    id,
+                    spec,
+                },
+            });
+        }
+        let jobs: Vec<JobTuple> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.ranks.intersects(&ids))
+            .map(|(id, j)| JobTuple(*id, j.userid, UpdateType::Check, j.ranks.clone()))
+            .collect();
+        self.emit(Output::SendDown {
+            link,
+            msg: ExecDown::StateUpdate {
+                idset: ids,
+                data: Jobs { jobs },
+            },
+        });
+    }
+
+    fn on_down(&mut self, msg: ExecDown) {
+        match msg {
+            // Each tuple carries its own idset; the response's says only who it is for.
+            ExecDown::StateUpdate {
+                idset: _,
+                data: Jobs { jobs },
+            } => {
+                let initial = !self.ready;
+                if initial {
+                    self.initial_check(&jobs);
+                }
+                for t in jobs {
+                    self.apply(t);
+                }
+                if initial {
+                    self.become_ready();
+                }
+            }
+            ExecDown::JobInfo { idset, id, spec } => {
+                let m = ExecDown::JobInfo {
+                    idset: idset.clone(),
+                    id,
+                    spec: spec.clone(),
+                };
+                self.fan_out(&idset, &m);
+                self.infos.insert(id, spec);
+            }
+            ExecDown::BarrierDone { idset, id, seq } => {
+                let m = ExecDown::BarrierDone {
+                    idset: idset.clone(),
+                    id,
+                    seq,
+                };
+                self.fan_out(&idset, &m);
+                if idset.contains(self.me) && self.jobs.contains_key(&id) {
+                    self.emit(Output::BarrierDone { id, seq });
+                }
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.barrier = None;
+                }
+            }
+            ExecDown::Exception {
+                idset,
+                id,
+                severity,
+                kind,
+                note,
+            } => {
+                let m = ExecDown::Exception {
+                    idset: idset.clone(),
+                    id,
+                    severity,
+                    kind,
+                    note,
+                };
+                self.fan_out(&idset, &m);
+                if severity == 0 && idset.contains(self.me) {
+                    self.kill_local(id, 9);
+                }
+            }
+            ExecDown::Signal { idset, id, signal } => {
+                let m = ExecDown::Signal {
+                    idset: idset.clone(),
+                    id,
+                    signal,
+                };
+                self.fan_out(&idset, &m);
+                if idset.contains(self.me) {
+                    self.kill_local(id, signal);
+                }
+            }
+        }
+    }
+
+    fn kill_local(&mut self, id: JobId, signal: i32) {
+        let running = self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| matches!(j.shell, Some(Shell::Launching | Shell::Running)));
+        if running {
+            self.emit(Output::Kill { id, signal });
+        }
+    }
+
+    /// Before the first check list is applied: local jobs it does not name are strays.
+    fn initial_check(&mut self, jobs: &[JobTuple]) {
+        let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
+        let strays: Vec<JobId> = self
+            .jobs
+            .keys()
+            .copied()
+            .filter(|id| !named.contains(id))
+            .collect();
+        for id in strays {
+            self.stray(id);
+        }
+    }
+
+    fn stray(&mut self, id: JobId) {
+        self.emit(Output::Log(format!(
+            "job {id} runs here but upstream does not know it: terminating it"
+        )));
+        self.emit(Output::Kill { id, signal: 9 });
+        self.jobs.remove(&id);
+    }
+
+    /// Applies one `state-update` tuple (RFC 33, "add", "remove", "check").
+    fn apply(&mut self, JobTuple(id, userid, kind, idset): JobTuple) {
+        let fwd = ExecDown::StateUpdate {
+            idset: idset.clone(),
+            data: Jobs {
+                jobs: vec![JobTuple(id, userid, kind, idset.clone())],
+            },
+        };
+        match kind {
+            UpdateType::Add => {
+                if self.jobs.contains_key(&id) {
+                    return;
+                }
+                self.fan_out(&idset, &fwd);
+                let spec = self.infos.get(&id).cloned();
+                let mut job = Job::new(userid, idset.clone(), spec.clone());
+                if idset.contains(self.me) {
+                    match spec {
+                        Some(spec) => {
+                            job.shell = Some(Shell::Launching);
+                            self.emit(Output::Launch { id, spec });
+                        }
+                        None => {
+                            self.jobs.insert(id, job);
+                            self.raise_up(id, 0, "exec".into(), "no job data for an add".into());
+                            return;
+                        }
+                    }
+                }
+                self.jobs.insert(id, job);
+            }
+            UpdateType::Remove => {
+                self.fan_out(&idset, &fwd);
+                self.jobs.remove(&id);
+                self.infos.remove(&id);
+            }
+            UpdateType::Check => {
+                self.fan_out(&idset, &fwd);
+                if !self.jobs.contains_key(&id) {
+                    let spec = self.infos.get(&id).cloned();
+                    self.jobs.insert(id, Job::new(userid, idset.clone(), spec));
+                }
+                let here = idset.contains(self.me);
+                let known_locally = self.jobs.get(&id).is_some_and(|j| j.shell.is_some());
+                if here && !known_locally {
+                    self.raise_up(
+                        id,
+                        0,
+                        "exec".into(),
+                        format!("job {id} is not running on rank {}", self.me),
+                    );
+                }
+                // Whatever we knew before the new parent, it needs again.
+                self.progress(id);
+            }
+        }
+    }
+
+    /// Updates the local shell's part of job `id` and reports what became complete.
+    fn local(&mut self, id: JobId, f: impl FnOnce(&mut Job, Rank)) {
+        let me = self.me;
+        let Some(j) = self.jobs.get_mut(&id) else {
+            self.emit(Output::Log(format!("event for unknown job {id} ignored")));
+            return;
+        };
+        f(j, me);
+        self.progress(id);
+    }
+
+    fn on_up(&mut self, link: LinkId, req: ExecUp) {
+        match &req {
+            ExecUp::Hello => {
+                if self.ready {
+                    self.answer_hello(link);
+                } else {
+                    self.waiting.insert(link);
+                }
+                return;
+            }
+            ExecUp::Start { .. } => self.counters.start += 1,
+            ExecUp::Barrier { .. } => self.counters.barrier += 1,
+            ExecUp::Finish { .. } => self.counters.finish += 1,
+            ExecUp::Exception { .. } => self.counters.exception += 1,
+            ExecUp::Release { .. } => self.counters.release += 1,
+        }
+        match req {
+            ExecUp::Hello => {}
+            ExecUp::Start { id, ranks } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.started = j.started.union(&ranks);
+                }
+                self.progress(id);
+            }
+            ExecUp::Barrier { id, ranks, seq } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    match &mut j.barrier {
+                        Some((s, entered)) if *s == seq => *entered = entered.union(&ranks),
+                        _ => j.barrier = Some((seq, ranks)),
+                    }
+                }
+                self.progress(id);
+            }
+            ExecUp::Finish { id, ranks, status } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.finished = j.finished.union(&ranks);
+                    j.status = j.status.max(status);
+                }
+                self.progress(id);
+            }
+            ExecUp::Exception {
+                id,
+                severity,
+                kind,
+                note,
+            } => self.raise_up(id, severity, kind, note),
+            ExecUp::Release { id, ranks } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.released = j.released.union(&ranks);
+                }
+                self.progress(id);
+            }
+        }
+    }
+
+    /// An exception goes up at once; the controller tells the job manager and, for a fatal
+    /// one, every rank of the job.
+    fn raise_up(&mut self, id: JobId, severity: u32, kind: String, note: String) {
+        if !self.controller {
+            self.emit(Output::SendUp(ExecUp::Exception {
+                id,
+                severity,
+                kind,
+                note,
+            }));
+            return;
+        }
+        self.on_exception(id, severity, kind, note);
+    }
+
+    fn on_exception(&mut self, id: JobId, severity: u32, kind: String, note: String) {
+        if !self.controller {
+            return;
+        }
+        let Some(ranks) = self.jobs.get(&id).map(|j| j.ranks.clone()) else {
+            self.emit(Output::Log(format!(
+                "exception for unknown job {id} ignored"
+            )));
+            return;
+        };
+        self.emit(Output::Event(JobEvent::Exception {
+            id,
+            severity,
+            kind: kind.clone(),
+            note: note.clone(),
+        }));
+        self.on_down(ExecDown::Exception {
+            idset: ranks,
+            id,
+            severity,
+            kind,
+            note,
+        });
+    }
+
+    /// Reports upward (or to the job manager) whatever the subtree's part of job `id` has
+    /// completed: one message per job and event, never one per rank.
+    fn progress(&mut self, id: JobId) {
+        let subtree = self.subtree();
+        let controller = self.controller;
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let expect = if controller {
+            j.ranks.clone()
+        } else {
+            j.ranks.intersection(&subtree)
+        };
+        if expect.is_empty() {
+            return;
+        }
+        let mut out = Vec::new();
+        let all = |got: &IdSet| expect.difference(got).is_empty();
+        if !j.sent_start && all(&j.started) {
+            j.sent_start = true;
+            out.push(if controller {
+                Output::Event(JobEvent::Started { id })
+            } else {
+                Output::SendUp(ExecUp::Start {
+                    id,
+                    ranks: expect.clone(),
+                })
+            });
+        }
+        if let Some((seq, entered)) = j.barrier.clone() {
+            if all(&entered) {
+                if controller {
+                    j.barrier = None;
+                    let idset = j.ranks.clone();
+                    self.out.extend(out);
+                    self.on_down(ExecDown::BarrierDone { idset, id, seq });
+                    return self.progress(id);
+                }
+                j.barrier = None;
+                out.push(Output::SendUp(ExecUp::Barrier {
+                    id,
+                    ranks: expect.clone(),
+                    seq,
+                }));
+            }
+        }
+        if !j.sent_finish && all(&j.finished) {
+            j.sent_finish = true;
+            out.push(if controller {
+                Output::Event(JobEvent::Finished {
+                    id,
+                    status: j.status,
+                })
+            } else {
+                Output::SendUp(ExecUp::Finish {
+                    id,
+                    ranks: expect.clone(),
+                    status: j.status,
+                })
+            });
+        }
+        if controller {
+            let fresh = j.released.difference(&j.reported_release);
+            if !fresh.is_empty() {
+                j.reported_release = j.reported_release.union(&fresh);
+                let last = all(&j.reported_release);
+                out.push(Output::Event(JobEvent::Released {
+                    id,
+                    ranks: fresh,
+                    last,
+                }));
+                if last {
+                    let (userid, ranks) = (j.userid, j.ranks.clone());
+                    self.out.extend(out);
+                    self.on_down(ExecDown::StateUpdate {
+                        idset: ranks.clone(),
+                        data: Jobs {
+                            jobs: vec![JobTuple(id, userid, UpdateType::Remove, ranks)],
+                        },
+                    });
+                    return;
+                }
+            }
+        } else if j.sent_release.is_empty() && all(&j.released) {
+            j.sent_release = expect.clone();
+            out.push(Output::SendUp(ExecUp::Release {
+                id,
+                ranks: expect.clone(),
+            }));
+        }
+        self.out.extend(out);
+    }
+}
+
+impl Job {
+    fn new(userid: u32, ranks: IdSet, spec: Option<JobSpec>) -> Job {
+        Job {
+            userid,
+            ranks,
+            spec,
+            shell: None,
+            started: IdSet::new(),
+            finished: IdSet::new(),
+            status: 0,
+            released: IdSet::new(),
+            barrier: None,
+            sent_start: false,
+            sent_finish: false,
+            sent_release: IdSet::new(),
+            reported_release: IdSet::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::RadixTree;
+    use std::collections::VecDeque;
+
+    /// A tree of job-exec modules wired in memory: link ids are the child's rank downward;
+    /// the shells' effects are recorded and fed back by the tests.
+    struct Sim {
+        tree: RadixTree,
+        mods: Vec<JobExec>,
+        queue: VecDeque<(Rank, Input)>,
+        launched: Vec<(Rank, JobId)>,
+        killed: Vec<(Rank, JobId, i32)>,
+        epilogs: Vec<(Rank, JobId)>,
+        barrier_done: Vec<(Rank, JobId, u64)>,
+        events: Vec<JobEvent>,
+        logs: Vec<(Rank, String)>,
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            argv: vec!["true".into()],
+            env: vec![],
+            cwd: None,
+            procs: 1,
+            time_limit_ms: None,
+        }
+    }
+
+    impl Sim {
+        fn new(size: u32, radix: u32) -> Sim {
+            let tree = RadixTree::new(radix, size);
+            let mut s = Sim {
+                mods: (0..size).map(|r| JobExec::new(r, r == 0)).collect(),
+                tree,
+                queue: VecDeque::new(),
+                launched: vec![],
+                killed: vec![],
+                epilogs: vec![],
+                barrier_done: vec![],
+                events: vec![],
+                logs: vec![],
+            };
+            for r in 0..size {
+                let kids = s
+                    .tree
+                    .children(r)
+                    .into_iter()
+                    .map(|c| (c as LinkId, s.subtree(c)))
+                    .collect();
+                s.push(r, Input::Children(kids));
+            }
+            s.push(0, Input::Recovered(vec![]));
+            for r in 1..size {
+                s.push(r, Input::Uplink(s.tree.parent(r).map(LinkId::from)));
+            }
+            s.run();
+            s
+        }
+
+        fn subtree(&self, r: Rank) -> IdSet {
+            (0..self.tree.size())
+                .filter(|x| self.tree.is_ancestor_or_self(r, *x))
+                .collect()
+        }
+
+        fn push(&mut self, r: Rank, i: Input) {
+            self.queue.push_back((r, i));
+        }
+
+        fn run(&mut self) {
+            while let Some((r, input)) = self.queue.pop_front() {
+                for o in self.mods[r as usize].handle(input) {
+                    match o {
+                        Output::SendDown { link, msg } => self.push(link as Rank, Input::Down(msg)),
+                        Output::SendUp(req) => {
+                            if let Some(p) = self.tree.parent(r) {
+                                self.push(
+                                    p,
+                                    Input::Up {
+                                        link: r.into(),
+                                        req,
+                                    },
+                                );
+                            }
+                        }
+                        Output::Launch { id, .. } => self.launched.push((r, id)),
+                        Output::Kill { id, signal } => self.killed.push((r, id, signal)),
+                        Output::BarrierDone { id, seq } => self.barrier_done.push((r, id, seq)),
+                        Output::Epilog { id } => self.epilogs.push((r, id)),
+                        Output::Event(e) => self.events.push(e),
+                        Output::Log(l) => self.logs.push((r, l)),
+                    }
+                }
+            }
+        }
+
+        fn submit(&mut self, id: JobId, ranks: IdSet) {
+            self.push(
+                0,
+                Input::Submit {
+                    id,
+                    userid: 1000,
+                    ranks,
+                    spec: spec(),
+                },
+            );
+            self.run();
+        }
+
+        fn each(&mut self, ranks: &IdSet, f: impl Fn(Rank) -> Input) {
+            for r in ranks.iter() {
+                self.push(r, f(r));
+            }
+            self.run();
+        }
+    }
+
+    #[test]
+    fn a_job_runs_everywhere_and_the_controller_hears_one_message_per_child_per_event() {
+        let mut s = Sim::new(15, 2);
+        let ranks = IdSet::range(1, 14);
+        s.submit(7, ranks.clone());
+        let mut launched: Vec<Rank> = s.launched.iter().map(|l| l.0).collect();
+        launched.sort();
+        assert_eq!(launched, (1..15).collect::<Vec<_>>());
+        s.each(&ranks, |_| Input::ShellStarted { id: 7 });
+        assert_eq!(s.events, vec![JobEvent::Started { id: 7 }]);
+        assert_eq!(
+            s.mods[0].counters.start, 2,
+            "one start per child of the controller"
+        );
+        s.each(&ranks, |r| Input::ShellExited {
+            id: 7,
+            status: if r == 9 { 256 } else { 0 },
+        });
+        assert_eq!(s.events[1], JobEvent::Finished { id: 7, status: 256 });
+        assert_eq!(s.mods[0].counters.finish, 2);
+        assert_eq!(s.epilogs.len(), 14);
+        s.each(&ranks, |_| Input::EpilogDone { id: 7 });
+        let released: Vec<&JobEvent> = s.events[2..].iter().collect();
+        assert_eq!(
+            released.len(),
+            2,
+            "one release chunk per child: {released:?}"
+        );
+        assert!(matches!(released[1], JobEvent::Released { last: true, .. }));
+        for m in &s.mods {
+            assert_eq!(
+                m.jobs().count(),
+                0,
+                "rank {}: the final release removes the job",
+                m.me
+            );
+        }
+    }
+
+    #[test]
+    fn partial_releases_reach_the_job_manager_in_chunks() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(1, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 1 });
+        s.each(&ranks, |_| Input::ShellExited { id: 1, status: 0 });
+        // Rank 1's subtree (1, 3, 5) finishes its epilogs first.
+        s.each(&"1,3,5".parse().unwrap(), |_| Input::EpilogDone { id: 1 });
+        assert_eq!(
+            s.events.last(),
+            Some(&JobEvent::Released {
+                id: 1,
+                ranks: "1,3,5".parse().unwrap(),
+                last: false
+            })
+        );
+        s.each(&"2,4,6".parse().unwrap(), |_| Input::EpilogDone { id: 1 });
+        assert_eq!(
+            s.events.last(),
+            Some(&JobEvent::Released {
+                id: 1,
+                ranks: "2,4,6".parse().unwrap(),
+                last: true
+            })
+        );
+    }
+
+    #[test]
+    fn a_barrier_completes_only_when_every_shell_entered_the_same_sequence() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        s.each(&"1-5".parse().unwrap(), |_| Input::ShellBarrier {
+            id: 3,
+            seq: 1,
+        });
+        assert!(s.barrier_done.is_empty(), "rank 6 has not entered");
+        s.each(&"6".parse().unwrap(), |_| Input::ShellBarrier {
+            id: 3,
+            seq: 1,
+        });
+        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+        done.sort();
+        assert_eq!(done, vec![1, 2, 3, 4, 5, 6]);
+        assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
+    #[test]
+    fn a_fatal_exception_reaches_the_job_manager_at_once_and_kills_every_shell() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(4, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 4 });
+        s.push(
+            5,
+            Input::LocalFailure {
+                id: 4,
+                note: "boom".into(),
+            },
+        );
+        s.run();
+        assert!(
+            matches!(&s.events[1], JobEvent::Exception { id: 4, severity: 0, note, .. } if note == "boom")
+        );
+        let mut killed: Vec<Rank> = s.killed.iter().map(|k| k.0).collect();
+        killed.sort();
+        assert_eq!(killed, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(s.mods[0].counters.exception, 1);
+    }
+
+    #[test]
+    fn a_check_for_a_job_missing_locally_raises_an_exception() {
+        let mut s = Sim::new(3, 2);
+        s.push(
+            0,
+            Input::Recovered(vec![(9, 1000, IdSet::range(1, 2), spec())]),
+        );
+        // Both children say hello again, as after a controller restart; neither runs job 9.
+        s.push(1, Input::Uplink(Some(0)));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        let exceptions = s
+            .events
+            .iter()
+            .filter(|e| matches!(e, JobEvent::Exception { id: 9, .. }))
+            .count();
+        assert_eq!(exceptions, 2, "{:?}", s.events);
+        assert!(s.launched.is_empty(), "a check never starts a job");
+    }
+
+    #[test]
+    fn a_local_job_missing_from_the_initial_check_list_is_terminated_and_logged() {
+        let mut s = Sim::new(3, 2);
+        s.submit(5, IdSet::range(1, 2));
+        s.each(&IdSet::range(1, 2), |_| Input::ShellStarted { id: 5 });
+        // Rank 2 re-homes to a parent that never heard of job 5.
+        s.mods[0] = JobExec::new(0, true);
+        let kids = vec![(1, IdSet::range(1, 1)), (2, IdSet::range(2, 2))];
+        s.push(0, Input::Children(kids));
+        s.push(0, Input::Recovered(vec![]));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        assert!(s.killed.contains(&(2, 5, 9)), "{:?}", s.killed);
+        assert!(s.logs.iter().any(|(r, l)| *r == 2 && l.contains("job 5")));
+    }
+
+    #[test]
+    fn a_restarted_controller_recovers_running_jobs_none_lost_none_run_twice() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(11, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 11 });
+        s.each(&"1,3".parse().unwrap(), |_| Input::ShellExited {
+            id: 11,
+            status: 0,
+        });
+        // The controller dies; a new one recovers the job list the job manager kept.
+        s.mods[0] = JobExec::new(0, true);
+        s.events.clear();
+        let kids = vec![(1, s.subtree(1)), (2, s.subtree(2))];
+        s.push(0, Input::Children(kids));
+        s.push(0, Input::Recovered(vec![(11, 1000, ranks.clone(), spec())]));
+        s.push(1, Input::Uplink(Some(0)));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        assert_eq!(s.launched.len(), 6, "nothing launched again");
+        assert_eq!(
+            s.events,
+            vec![JobEvent::Started { id: 11 }],
+            "the start is known again"
+        );
+        s.each(&"2,4,5,6".parse().unwrap(), |_| Input::ShellExited {
+            id: 11,
+            status: 0,
+        });
+        assert_eq!(s.events[1], JobEvent::Finished { id: 11, status: 0 });
+        s.each(&ranks, |_| Input::EpilogDone { id: 11 });
+        assert!(matches!(
+            s.events.last(),
+            Some(JobEvent::Released { last: true, .. })
+        ));
+    }
+
+    #[test]
+    fn hello_responses_wait_for_the_upstream_hello() {
+        let mut m = JobExec::new(1, false);
+        m.handle(Input::Children(vec![(3, IdSet::range(3, 3))]));
+        m.handle(Input::Uplink(Some(0)));
+        let out = m.handle(Input::Up {
+            link: 3,
+            req: ExecUp::Hello,
+        });
+        assert!(
+            out.is_empty(),
+            "no answer before our own hello is answered: {out:?}"
+        );
+        let out = m.handle(Input::Down(ExecDown::StateUpdate {
+            idset: IdSet::range(1, 3),
+            data: Jobs { jobs: vec![] },
+        }));
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::SendDown {
+                    link: 3,
+                    msg: ExecDown::StateUpdate { .. }
+                }
+            )),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn tuples_serialize_as_the_rfcs_arrays() {
+        let m = ExecDown::StateUpdate {
+            idset: IdSet::range(0, 3),
+            data: Jobs {
+                jobs: vec![JobTuple(42, 1000, UpdateType::Check, IdSet::range(1, 2))],
+            },
+        };
+        let j = serde_json::to_string(&m).unwrap();
+        assert_eq!(
+            j,
+            r#"{"type":"state-update","idset":"0-3","data":{"jobs":[[42,1000,"check","1-2"]]}}"#
+        );
+        assert_eq!(serde_json::from_str::<ExecDown>(&j).unwrap(), m);
+    }
+}
