@@ -55,6 +55,25 @@ impl Client {
         }
     }
 
+    /// Sends a request without waiting (for streams of replies, see [`Client::recv`]).
+    pub async fn send(&mut self, req: ToolRequest) -> Result<(), String> {
+        self.framed
+            .send(Frame::Tool(req))
+            .await
+            .map_err(|e| format!("{}: {e}", self.addr))
+    }
+
+    /// The next reply, however long it takes.
+    pub async fn recv(&mut self) -> Result<ToolReply, String> {
+        let addr = self.addr;
+        match self.framed.next().await {
+            None => Err(format!("the controller at {addr} closed the connection")),
+            Some(Err(e)) => Err(format!("{addr}: {e}")),
+            Some(Ok(Frame::ToolReply(r))) => Ok(r),
+            Some(Ok(other)) => Err(format!("unexpected answer from the controller: {other:?}")),
+        }
+    }
+
     /// Sends one request and waits for its reply.
     pub async fn request(
         &mut self,

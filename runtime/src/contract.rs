@@ -47,6 +47,10 @@ pub struct StatusReport {
     /// is not formed.
     pub formed_at_unix_ms: Option<u64>,
     pub members: Vec<MemberStatus>,
+    /// Job-exec requests the controller received from its children, by kind: with the tree
+    /// reducing, one per child per job and event, not one per rank.
+    #[serde(default)]
+    pub job_messages: Option<crate::jobexec::Counters>,
 }
 
 /// One answer of `pctl ping --json` (a JSON line per pinged rank).
@@ -60,4 +64,29 @@ pub struct PingReport {
     /// Ranks the ping passed through, out and back (`[0, 1, 3, 1, 0]`).
     pub path: Vec<Rank>,
     pub error: Option<String>,
+}
+
+/// Where one process of a job runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcPlace {
+    /// The process's index in the job, 0 to nprocs - 1.
+    pub proc: u32,
+    pub rank: Rank,
+    pub host: String,
+}
+
+/// One job in `pctl jobs --json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobReport {
+    pub id: u64,
+    /// `STARTING` (placed, shells being launched), `RUNNING` (every shell started),
+    /// `CLEANUP` (every shell exited, epilogs running), `INACTIVE` (every rank released).
+    pub state: String,
+    pub argv: Vec<String>,
+    pub nprocs: u32,
+    pub placement: Vec<ProcPlace>,
+    /// Greatest wait status of the job's shells, once all exited.
+    pub status: Option<i32>,
+    /// The first exception raised, if any (`type: note`).
+    pub exception: Option<String>,
 }

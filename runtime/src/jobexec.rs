@@ -26,16 +26,20 @@ pub struct JobSpec {
     pub env: Vec<(String, String)>,
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Processes per rank.
-    #[serde(default = "one")]
-    pub procs: u32,
-    /// Milliseconds before the job is killed with a `timeout` exception.
-    #[serde(default)]
-    pub time_limit_ms: Option<u64>,
+    /// The rank each process runs on: process `i` on `placement[i]`.
+    pub placement: Vec<Rank>,
 }
 
-fn one() -> u32 {
-    1
+impl JobSpec {
+    /// The indices of the processes that run on `rank`.
+    pub fn procs_on(&self, rank: Rank) -> Vec<u32> {
+        self.placement
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| **r == rank)
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
 }
 
 /// How a `state-update` tuple is to be resolved (RFC 33).
@@ -117,6 +121,14 @@ pub enum ExecUp {
         id: JobId,
         ranks: IdSet,
     },
+    /// A line of a job process's output, on its way to the tool that submitted the job
+    /// (forwarded at once, like exceptions; RFC 33 leaves output collection open).
+    Output {
+        id: JobId,
+        proc: u32,
+        stream: String,
+        data: String,
+    },
 }
 
 /// What the controller's job manager hears (RFC 32 `start` responses).
@@ -134,6 +146,12 @@ pub enum JobEvent {
     },
     /// These ranks may be released; `last` once the whole job is.
     Released { id: JobId, ranks: IdSet, last: bool },
+    Output {
+        id: JobId,
+        proc: u32,
+        stream: String,
+        data: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +209,16 @@ pub enum Input {
         id: JobId,
         note: String,
     },
+    /// A line from local process `proc`.
+    ShellOutput {
+        id: JobId,
+        proc: u32,
+        stream: String,
+        data: String,
+    },
+    /// Controller: these ranks became unreachable. Their shells are counted dead (finished
+    /// by SIGKILL, released) and every job on them gets a fatal `node-failure` exception.
+    Lost(IdSet),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -367,6 +395,13 @@ impl JobExec {
                 j.released.insert(me);
             }),
             Input::LocalFailure { id, note } => self.raise_up(id, 0, "exec".into(), note),
+            Input::ShellOutput {
+                id,
+                proc,
+                stream,
+                data,
+            } => self.output_up(id, proc, stream, data),
+            Input::Lost(ranks) => self.on_lost(ranks),
         }
         std::mem::take(&mut self.out)
     }
@@ -663,6 +698,17 @@ impl JobExec {
                 }
                 return;
             }
+            ExecUp::Output {
+                id,
+                proc,
+                stream,
+                data,
+            } => {
+                let (id, proc) = (*id, *proc);
+                let (stream, data) = (stream.clone(), data.clone());
+                self.output_up(id, proc, stream, data);
+                return;
+            }
             ExecUp::Start { .. } => self.counters.start += 1,
             ExecUp::Barrier { .. } => self.counters.barrier += 1,
             ExecUp::Finish { .. } => self.counters.finish += 1,
@@ -670,7 +716,7 @@ impl JobExec {
             ExecUp::Release { .. } => self.counters.release += 1,
         }
         match req {
-            ExecUp::Hello => {}
+            ExecUp::Hello | ExecUp::Output { .. } => {}
             ExecUp::Start { id, ranks } => {
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.started = j.started.union(&ranks);
@@ -706,6 +752,51 @@ impl JobExec {
                 self.progress(id);
             }
         }
+    }
+
+    fn on_lost(&mut self, lost: IdSet) {
+        if !self.controller {
+            return;
+        }
+        let hit: Vec<(JobId, IdSet)> = self
+            .jobs
+            .iter()
+            .map(|(id, j)| (*id, j.ranks.intersection(&lost).difference(&j.released)))
+            .filter(|(_, gone)| !gone.is_empty())
+            .collect();
+        for (id, gone) in hit {
+            self.on_exception(
+                id,
+                0,
+                "node-failure".into(),
+                format!("rank(s) {gone} lost while the job ran"),
+            );
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.started = j.started.union(&gone);
+                j.finished = j.finished.union(&gone);
+                j.status = j.status.max(9);
+                j.released = j.released.union(&gone);
+            }
+            self.progress(id);
+        }
+    }
+
+    fn output_up(&mut self, id: JobId, proc: u32, stream: String, data: String) {
+        self.emit(if self.controller {
+            Output::Event(JobEvent::Output {
+                id,
+                proc,
+                stream,
+                data,
+            })
+        } else {
+            Output::SendUp(ExecUp::Output {
+                id,
+                proc,
+                stream,
+                data,
+            })
+        });
     }
 
     /// An exception goes up at once; the controller tells the job manager and, for a fatal
@@ -887,8 +978,7 @@ mod tests {
             argv: vec!["true".into()],
             env: vec![],
             cwd: None,
-            procs: 1,
-            time_limit_ms: None,
+            placement: (1..15).collect(),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod hosts;
 pub mod identity;
 pub mod idset;
 pub mod jobexec;
+pub mod jobmgr;
 pub mod net;
 pub mod node;
 pub mod tree;

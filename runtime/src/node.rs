@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::contract::{MemberState, MemberStatus, PingReport, StatusReport};
 use crate::identity::{Identity, Role};
+use crate::idset::IdSet;
 use crate::tree::{RadixTree, Rank};
 use crate::uplink::{Policy, Uplink};
 use crate::wire::{Body, DaemonMsg, Frame, Member, Peer, RankEpoch, ToolReply, ToolRequest};
@@ -109,6 +110,14 @@ pub enum Output {
     Note(Note),
     /// Flush every link and exit the process with status 0.
     Exit,
+    /// For the job-exec module: its topology changed, or a job-exec frame arrived on a link
+    /// of the right kind (requests from children, responses from the parent).
+    Exec(crate::jobexec::Input),
+    /// A job request from a tool (the controller's job manager answers it).
+    JobTool {
+        link: LinkId,
+        req: ToolRequest,
+    },
 }
 
 /// Events worth a log line. Job and proc state notes are logged only when the matching
@@ -198,6 +207,9 @@ pub struct Node {
     me: Rank,
     uplink: Option<Uplink>,
     up: Option<(LinkId, Rank)>,
+    /// What the job-exec module was last told of the topology.
+    exec_children: Vec<(LinkId, IdSet)>,
+    exec_up: Option<LinkId>,
     /// Incremented on every upward connection; sent with this daemon's reports.
     epoch: u64,
     children: BTreeMap<LinkId, Child>,
@@ -232,6 +244,8 @@ impl Node {
             routes: HashMap::new(),
             below: HashMap::new(),
             last_heard: HashMap::new(),
+            exec_children: Vec::new(),
+            exec_up: None,
             ever_joined: BTreeSet::new(),
             formed: false,
             pings: HashMap::new(),
@@ -267,7 +281,30 @@ impl Node {
             Input::Closed { link } => self.on_closed(now, link),
             Input::Timer(t) => self.on_timer(now, t),
         }
+        self.exec_topology();
         std::mem::take(&mut self.out)
+    }
+
+    /// Tells the job-exec module about new child links, subtrees or a new upward link.
+    fn exec_topology(&mut self) {
+        let children: Vec<(LinkId, IdSet)> = self
+            .children
+            .iter()
+            .map(|(l, c)| {
+                let mut ids: IdSet = c.members.iter().copied().collect();
+                ids.insert(c.rank);
+                (*l, ids)
+            })
+            .collect();
+        let up = self.up.map(|(l, _)| l);
+        if children != self.exec_children {
+            self.exec_children = children.clone();
+            self.emit(Output::Exec(crate::jobexec::Input::Children(children)));
+        }
+        if up != self.exec_up {
+            self.exec_up = up;
+            self.emit(Output::Exec(crate::jobexec::Input::Uplink(up)));
+        }
     }
 
     fn emit(&mut self, o: Output) {
@@ -466,6 +503,12 @@ impl Node {
                 body,
             } if from_child || from_parent => self.on_routed(now, src, dst, ttl, body),
             DaemonMsg::Shutdown if from_parent => self.begin_stop(None),
+            DaemonMsg::ExecUp { req } if from_child => {
+                self.emit(Output::Exec(crate::jobexec::Input::Up { link, req }))
+            }
+            DaemonMsg::ExecDown { msg } if from_parent => {
+                self.emit(Output::Exec(crate::jobexec::Input::Down(msg)))
+            }
             DaemonMsg::Stopped { ranks } if from_child => {
                 if let Some(st) = self.stopping.as_mut() {
                     for r in ranks {
@@ -558,6 +601,10 @@ impl Node {
         }
         if self.is_controller() {
             self.check_formed();
+            let ids: IdSet = lost.iter().map(|l| l.rank).collect();
+            if !ids.is_empty() {
+                self.emit(Output::Exec(crate::jobexec::Input::Lost(ids)));
+            }
         } else if let Some((up, _)) = self.up {
             self.send(up, DaemonMsg::Lost { ranks: lost });
         }
@@ -647,6 +694,9 @@ impl Node {
             }
             ToolRequest::Ping { rank } => self.start_ping(now, link, rank),
             ToolRequest::Stop => self.begin_stop(Some(link)),
+            ToolRequest::Submit { .. } | ToolRequest::Jobs | ToolRequest::Kill { .. } => {
+                self.emit(Output::JobTool { link, req })
+            }
         }
     }
 
@@ -928,6 +978,7 @@ impl Node {
             controller_listed: self.cfg.controller_listed,
             formed_at_unix_ms: None,
             members,
+            job_messages: None,
         }
     }
 }

@@ -9,7 +9,8 @@ use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use crate::contract::{PingReport, StatusReport};
+use crate::contract::{JobReport, PingReport, ProcPlace, StatusReport};
+use crate::jobexec::{ExecDown, ExecUp, JobId};
 use crate::tree::Rank;
 
 /// Protocol name sent in every [`Hello`].
@@ -81,6 +82,10 @@ pub enum DaemonMsg {
     /// of its subtree that confirmed) have stopped. A link that closes without it leaves its
     /// ranks unconfirmed: the daemon may come back, and must then be told to stop.
     Stopped { ranks: Vec<Rank> },
+    /// Upward: a job-exec request (RFC 33 `job-exec.*`).
+    ExecUp { req: ExecUp },
+    /// Downward: a job-exec `hello` response.
+    ExecDown { msg: ExecDown },
 }
 
 /// Payloads of routed messages.
@@ -91,13 +96,48 @@ pub enum Body {
     Pong { id: u64, path: Vec<Rank> },
 }
 
+/// How a job's processes are spread over the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MapBy {
+    /// Round robin: process i on node i mod N.
+    Node,
+    /// Fill each node with consecutive processes before the next.
+    Slot,
+}
+
+/// A job as `prun` submits it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submit {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    pub nprocs: u32,
+    pub map_by: MapBy,
+    /// Only these hosts (by name), in this order.
+    pub hosts: Option<Vec<String>>,
+    pub time_limit_ms: Option<u64>,
+    pub userid: u32,
+}
+
 /// What a tool asks of the controller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "req", rename_all = "snake_case")]
 pub enum ToolRequest {
     Status,
-    Ping { rank: Rank },
+    Ping {
+        rank: Rank,
+    },
     Stop,
+    /// Run a job; the answers stream back on this connection until the job ends.
+    Submit {
+        job: Submit,
+    },
+    Jobs,
+    Kill {
+        id: JobId,
+        signal: i32,
+    },
 }
 
 /// The controller's answers to a tool.
@@ -112,6 +152,30 @@ pub enum ToolReply {
     },
     Error {
         message: String,
+    },
+    /// The job was accepted and placed.
+    Submitted {
+        id: JobId,
+        placement: Vec<ProcPlace>,
+    },
+    /// A line a job process wrote (`stream` is `stdout` or `stderr`; `proc` its index).
+    JobOutput {
+        id: JobId,
+        proc: u32,
+        stream: String,
+        data: String,
+    },
+    /// The job is over (every rank released); `status` is the greatest wait status.
+    JobEnded {
+        id: JobId,
+        status: i32,
+        exception: Option<String>,
+    },
+    Jobs {
+        jobs: Vec<JobReport>,
+    },
+    Signalled {
+        id: JobId,
     },
 }
 

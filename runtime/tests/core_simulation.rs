@@ -204,6 +204,8 @@ impl Sim {
                     eprintln!("{:>6} ms r{r}: {note:?}", self.now);
                 }
             }
+            // No jobs in this simulation: the job-exec module's inputs go nowhere.
+            Output::Exec(_) | Output::JobTool { .. } => {}
             Output::Exit => {
                 self.alive[r as usize] = false;
                 self.exited[r as usize] = true;

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use dvmlab_runtime::bootstrap::controller_addr;
 use dvmlab_runtime::client::Client;
-use dvmlab_runtime::conf::settings::CONF_PARAM;
 use dvmlab_runtime::conf::Params;
-use dvmlab_runtime::contract::{MemberState, PingReport, StatusReport};
+use dvmlab_runtime::contract::{JobReport, MemberState, PingReport, StatusReport};
 use dvmlab_runtime::wire::{ToolReply, ToolRequest};
 
 /// Look at and control a DVM formed by `prted --bootstrap`.
@@ -61,6 +60,20 @@ enum Command {
     },
     /// Stop the whole DVM: every daemon exits 0. Returns once the daemons confirmed.
     Stop,
+    /// List jobs: id, state, processes and where they run, exit status.
+    Jobs {
+        /// Print a JSON array of the documented job objects instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send a signal to every process of a job (KILL ends it with a `cancel` exception).
+    Kill {
+        /// The job id.
+        job: u64,
+        /// Signal name or number (TERM, SIGINT, 9, ...).
+        #[arg(default_value = "TERM")]
+        signal: String,
+    },
     /// Wait until the DVM is formed (polling the controller, which may not be up yet).
     Wait {
         /// Give up after this many seconds (exit 1).
@@ -74,14 +87,7 @@ struct Failure(u8, String);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut pairs: Vec<(String, String)> = cli
-        .prtemca
-        .chunks(2)
-        .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
-        .collect();
-    if let Some(c) = &cli.conf {
-        pairs.push((CONF_PARAM.to_string(), c.clone()));
-    }
+    let params = Params::for_tool(&cli.prtemca, cli.conf.as_deref());
     if !(cli.timeout.is_finite() && cli.timeout > 0.0 && cli.timeout <= 1e6) {
         eprintln!("pctl: --timeout must be a number of seconds above 0 and at most 1000000");
         return ExitCode::from(2);
@@ -97,7 +103,7 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    match rt.block_on(run(cli.command, Params::from_process(pairs), timeout)) {
+    match rt.block_on(run(cli.command, params, timeout)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure(code, msg)) => {
             eprintln!("pctl: {msg}");
@@ -187,6 +193,41 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
                 other => Err(Failure(3, format!("unexpected reply {other:?}"))),
             }
         }
+        Command::Jobs { json } => {
+            let mut c = connect(&params, timeout).await?;
+            let jobs = match c.request(ToolRequest::Jobs, timeout).await {
+                Ok(ToolReply::Jobs { jobs }) => jobs,
+                Ok(ToolReply::Error { message }) => return Err(Failure(1, message)),
+                Ok(other) => return Err(Failure(3, format!("unexpected reply {other:?}"))),
+                Err(e) => return Err(Failure(3, e)),
+            };
+            if json {
+                print_json(&jobs)
+            } else {
+                print_jobs(&jobs);
+                Ok(())
+            }
+        }
+        Command::Kill { job, signal } => {
+            let sig = parse_signal(&signal)
+                .ok_or_else(|| Failure(2, format!("{signal}: not a signal name or number")))?;
+            let mut c = connect(&params, timeout).await?;
+            match c
+                .request(
+                    ToolRequest::Kill {
+                        id: job,
+                        signal: sig,
+                    },
+                    timeout,
+                )
+                .await
+            {
+                Ok(ToolReply::Signalled { .. }) => Ok(()),
+                Ok(ToolReply::Error { message }) => Err(Failure(1, message)),
+                Ok(other) => Err(Failure(3, format!("unexpected reply {other:?}"))),
+                Err(e) => Err(Failure(3, e)),
+            }
+        }
         Command::Wait { within } => {
             if !(within.is_finite() && (0.0..=1e6).contains(&within)) {
                 return Err(Failure(
@@ -263,6 +304,47 @@ fn print_table(s: &StatusReport) {
             opt(m.tree_parent),
             state
         );
+    }
+}
+
+/// `TERM`, `SIGTERM` or `15`.
+fn parse_signal(s: &str) -> Option<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        return nix::sys::signal::Signal::try_from(n).ok().map(|_| n);
+    }
+    let name = if s.starts_with("SIG") {
+        s.to_string()
+    } else {
+        format!("SIG{s}")
+    };
+    name.parse::<nix::sys::signal::Signal>()
+        .ok()
+        .map(|sig| sig as i32)
+}
+
+fn print_jobs(jobs: &[JobReport]) {
+    println!(
+        "{:>6}  {:<9}  {:>6}  {:>6}  COMMAND / PLACEMENT",
+        "ID", "STATE", "NPROCS", "STATUS"
+    );
+    for j in jobs {
+        println!(
+            "{:>6}  {:<9}  {:>6}  {:>6}  {}",
+            j.id,
+            j.state,
+            j.nprocs,
+            j.status.map_or("-".to_string(), |s| s.to_string()),
+            j.argv.join(" ")
+        );
+        let places: Vec<String> = j
+            .placement
+            .iter()
+            .map(|p| format!("{}:{}({})", p.proc, p.host, p.rank))
+            .collect();
+        println!("{:>35}{}", "", places.join(" "));
+        if let Some(e) = &j.exception {
+            println!("{:>35}exception {e}", "");
+        }
     }
 }
 

@@ -65,6 +65,18 @@ impl Params {
         Params::new(cli, std::env::vars())
     }
 
+    /// A tool's parameters: its `--prtemca NAME VALUE` words (flattened pairs) and `--conf`.
+    pub fn for_tool(prtemca: &[String], conf: Option<&str>) -> Params {
+        let mut pairs: Vec<(String, String)> = prtemca
+            .chunks(2)
+            .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
+            .collect();
+        if let Some(c) = conf {
+            pairs.push((CONF_PARAM.to_string(), c.to_string()));
+        }
+        Params::from_process(pairs)
+    }
+
     fn cli_value(&self, name: &str) -> Option<(&str, Origin)> {
         self.cli
             .iter()
@@ -166,6 +178,10 @@ pub struct Settings {
     pub controller_log_proc_state: bool,
     pub prted_log_job_state: bool,
     pub prted_log_proc_state: bool,
+    /// `JobProlog` / `JobEpilog`: shell commands a daemon runs before starting a job's
+    /// processes on its node, and after they exited (release waits for the epilog).
+    pub job_prolog: Option<String>,
+    pub job_epilog: Option<String>,
     /// Test-only identity overrides (see [`TEST_HOSTNAME_PARAM`], [`TEST_HOSTS_FILE_PARAM`]).
     pub test_hostname: Option<String>,
     pub test_hosts_file: Option<PathBuf>,
@@ -294,6 +310,8 @@ impl Settings {
                 .map(|x| PathBuf::from(x.0))
                 .unwrap_or_else(std::env::temp_dir),
             session_tmp_dir: r.file("SessionTmpDir").map(|x| x.0),
+            job_prolog: r.file("JobProlog").map(|x| x.0),
+            job_epilog: r.file("JobEpilog").map(|x| x.0),
             controller_log_path: r.file("ControllerLogPath").map(|x| x.0),
             prted_log_path: r.file("PRTEDLogPath").map(|x| x.0),
             controller_log_job_state: flag("ControllerLogJobState")?,

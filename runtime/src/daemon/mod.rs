@@ -3,6 +3,8 @@
 //! One task owns the core and feeds it inputs from a channel; every connection has a reader
 //! task that turns frames into inputs and a writer task that drains an outgoing queue.
 
+mod jobctl;
+mod jobs;
 mod logging;
 mod session;
 
@@ -23,11 +25,13 @@ use tracing::{debug, info, warn};
 
 use crate::bootstrap::Prepared;
 use crate::conf::settings::expand_template;
+use crate::contract::MemberState;
 use crate::identity::Role;
 use crate::node::{Input, LinkId, Node, NodeConfig, Note, Output, MISSED_HEARTBEATS};
 use crate::tree::Rank;
 use crate::uplink::Policy;
 use crate::wire::{Frame, FrameCodec, Hello, Peer};
+use jobctl::{Effect, JobCtl};
 
 pub use logging::init as init_logging;
 
@@ -66,6 +70,8 @@ enum Event {
         handle: LinkHandle,
         writer: JoinHandle<()>,
     },
+    /// A job's time limit is up.
+    JobTimer(crate::jobexec::JobId),
 }
 
 /// The shell's handle on one connection: its outgoing queue, and what stops its reader.
@@ -158,15 +164,53 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
         .collect();
 
     let start = Instant::now();
+    let controller_listed = p.membership.controller_listed;
     let mut node = Node::new(cfg);
     let mut links: HashMap<LinkId, LinkHandle> = HashMap::new();
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
     let mut formed_at: Option<u64> = None;
+    let (shell_tx, mut shell_rx) = mpsc::unbounded_channel();
+    let (mut jobctl, mut effects) = JobCtl::new(
+        p.identity.rank,
+        p.membership.hosts.clone(),
+        s.job_prolog.clone(),
+        s.job_epilog.clone(),
+        shell_tx,
+        (role == Role::Controller).then(|| session.dir().join("jobs.json")),
+    );
     let mut pending = node.handle(Duration::ZERO, Input::Start);
 
     'main: loop {
+        for e in effects.drain(..) {
+            match e {
+                Effect::Send(link, frame) => {
+                    if let Some(h) = links.get(&link) {
+                        let _ = h.tx.send(frame);
+                    }
+                }
+                Effect::Timer(id, delay) => {
+                    let ev = ctx.events.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = ev.send(Event::JobTimer(id));
+                    });
+                }
+            }
+        }
         for out in pending.drain(..) {
             match out {
+                Output::Exec(i) => effects.extend(jobctl.exec(i)),
+                Output::JobTool { link, req } => {
+                    let joined = node
+                        .status()
+                        .members
+                        .iter()
+                        .filter(|m| m.state == MemberState::Joined)
+                        .filter(|m| m.rank != 0 || controller_listed)
+                        .map(|m| m.rank)
+                        .collect();
+                    effects.extend(jobctl.tool(link, req, joined));
+                }
                 Output::Connect { rank, delay } => match addrs.get(&rank) {
                     Some(&addr) => {
                         tokio::spawn(connect(ctx.clone(), rank, addr, delay));
@@ -176,6 +220,7 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
                 Output::Send { link, mut frame } => {
                     if let Frame::ToolReply(crate::wire::ToolReply::Status(st)) = &mut frame {
                         st.formed_at_unix_ms = formed_at;
+                        st.job_messages = Some(jobctl.counters());
                     }
                     if let Some(h) = links.get(&link) {
                         let _ = h.tx.send(frame);
@@ -204,6 +249,10 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
                 Output::Exit => break 'main,
             }
         }
+        if !effects.is_empty() {
+            // Job effects produced by node outputs go out before the next input.
+            continue;
+        }
         let input = tokio::select! {
             ev = rx.recv() => match ev {
                 Some(Event::Input(i)) => i,
@@ -213,8 +262,16 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
                     writers.push(writer);
                     continue;
                 }
+                Some(Event::JobTimer(id)) => {
+                    effects.extend(jobctl.time_limit(id));
+                    continue;
+                }
                 None => break 'main,
             },
+            Some(ji) = shell_rx.recv() => {
+                effects.extend(jobctl.exec(ji));
+                continue;
+            }
             sig = signals.recv() => {
                 info!("received {sig}; rank {} exiting", node.rank());
                 break 'main;
@@ -222,9 +279,11 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
         };
         if let Input::Closed { link } = &input {
             links.remove(link);
+            effects.extend(jobctl.tool_gone(*link));
         }
         pending = node.handle(start.elapsed(), input);
     }
+    jobctl.kill_all();
     accept.abort();
     drop(links);
     for w in writers {

@@ -1,0 +1,256 @@
+//! The job shell: the processes a daemon starts on its node for a job (after the prolog),
+//! their output, their exit, signals to them, and the epilog. Every process leads its own
+//! process group (so a signal reaches what it forks) and gets a parent-death signal, so a
+//! dying daemon leaves none of them behind.
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::jobexec::{Input, JobId, JobSpec};
+use crate::tree::Rank;
+
+/// Starts and signals job shells; reports back through `events` as job-exec inputs.
+pub struct Runner {
+    me: Rank,
+    prolog: Option<String>,
+    epilog: Option<String>,
+    events: mpsc::UnboundedSender<Input>,
+    /// Process groups of each job's local processes.
+    groups: Arc<Mutex<HashMap<JobId, Vec<i32>>>>,
+}
+
+/// Runs `cmd` with `sh -c`, with the job's id in the environment; its exit status.
+async fn hook(cmd: &str, id: JobId) -> Result<(), String> {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("DVMLAB_JOB_ID", id.to_string())
+        .stdin(Stdio::null())
+        .status()
+        .await
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} exited with {st}"))
+    }
+}
+
+impl Runner {
+    pub fn new(
+        me: Rank,
+        prolog: Option<String>,
+        epilog: Option<String>,
+        events: mpsc::UnboundedSender<Input>,
+    ) -> Runner {
+        Runner {
+            me,
+            prolog,
+            epilog,
+            events,
+            groups: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Runs the prolog, then this rank's processes of the job, and reports start, output
+    /// lines and the greatest wait status.
+    pub fn launch(&self, id: JobId, spec: JobSpec) {
+        let (me, events, groups, prolog) = (
+            self.me,
+            self.events.clone(),
+            self.groups.clone(),
+            self.prolog.clone(),
+        );
+        tokio::spawn(async move {
+            let send = |i: Input| {
+                let _ = events.send(i);
+            };
+            if let Some(p) = prolog {
+                if let Err(e) = hook(&p, id).await {
+                    send(Input::LocalFailure {
+                        id,
+                        note: format!("prolog on rank {me} failed: {e}"),
+                    });
+                    send(Input::ShellExited { id, status: 1 << 8 });
+                    return;
+                }
+            }
+            let mut children = Vec::new();
+            let mut readers = Vec::new();
+            for proc in spec.procs_on(me) {
+                match spawn(&spec, id, proc) {
+                    Ok(mut child) => {
+                        if let Some(pid) = child.id() {
+                            if let Ok(mut g) = groups.lock() {
+                                g.entry(id).or_default().push(pid as i32);
+                            }
+                        }
+                        for (stream, pipe) in [
+                            ("stdout", child.stdout.take().map(box_reader)),
+                            ("stderr", child.stderr.take().map(box_reader)),
+                        ] {
+                            if let Some(r) = pipe {
+                                readers.push(tokio::spawn(forward(
+                                    r,
+                                    events.clone(),
+                                    id,
+                                    proc,
+                                    stream,
+                                )));
+                            }
+                        }
+                        children.push(child);
+                    }
+                    Err(e) => {
+                        send(Input::LocalFailure {
+                            id,
+                            note: format!("cannot start {:?} on rank {me}: {e}", spec.argv),
+                        });
+                        kill_groups(&groups, id, Signal::SIGKILL);
+                        for mut c in children {
+                            let _ = c.wait().await;
+                        }
+                        if let Ok(mut g) = groups.lock() {
+                            g.remove(&id);
+                        }
+                        send(Input::ShellExited {
+                            id,
+                            status: 127 << 8,
+                        });
+                        return;
+                    }
+                }
+            }
+            send(Input::ShellStarted { id });
+            let mut status = 0;
+            for mut c in children {
+                let st = match c.wait().await {
+                    Ok(st) => st.into_raw(),
+                    Err(e) => {
+                        warn!("waiting for a process of job {id}: {e}");
+                        1 << 8
+                    }
+                };
+                status = status.max(st);
+            }
+            // Every line before the exit: the tool must have all output when the job ends.
+            // (A process that left a child holding its pipes gets a second, not forever.)
+            for r in readers {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), r).await;
+            }
+            if let Ok(mut g) = groups.lock() {
+                g.remove(&id);
+            }
+            send(Input::ShellExited { id, status });
+        });
+    }
+
+    /// Signals every local process group of the job.
+    pub fn kill(&self, id: JobId, signal: i32) {
+        match Signal::try_from(signal) {
+            Ok(sig) => kill_groups(&self.groups, id, sig),
+            Err(_) => warn!("job {id}: signal {signal} is not a signal"),
+        }
+    }
+
+    /// Runs the epilog (if any), then reports this rank's resources free.
+    pub fn epilog(&self, id: JobId) {
+        let (me, events, epilog) = (self.me, self.events.clone(), self.epilog.clone());
+        tokio::spawn(async move {
+            if let Some(e) = epilog {
+                if let Err(err) = hook(&e, id).await {
+                    let _ = events.send(Input::LocalFailure {
+                        id,
+                        note: format!("epilog on rank {me} failed: {err}"),
+                    });
+                }
+            }
+            let _ = events.send(Input::EpilogDone { id });
+        });
+    }
+
+    /// Kills every job process (the daemon is going away).
+    pub fn kill_all(&self) {
+        if let Ok(g) = self.groups.lock() {
+            for pg in g.values().flatten() {
+                let _ = killpg(Pid::from_raw(*pg), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+type Reader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+fn box_reader<R: tokio::io::AsyncRead + Unpin + Send + 'static>(r: R) -> Reader {
+    Box::new(r)
+}
+
+fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal) {
+    if let Ok(g) = groups.lock() {
+        for pg in g.get(&id).into_iter().flatten() {
+            let _ = killpg(Pid::from_raw(*pg), sig);
+        }
+    }
+}
+
+fn spawn(spec: &JobSpec, id: JobId, proc: u32) -> std::io::Result<tokio::process::Child> {
+    let (prog, args) = spec
+        .argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env("DVMLAB_JOB_ID", id.to_string())
+        .env("DVMLAB_PROC", proc.to_string())
+        .env("DVMLAB_NPROCS", spec.placement.len().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(d) = &spec.cwd {
+        cmd.current_dir(d);
+    }
+    let parent = nix::unistd::getpid();
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // The daemon may have died before the death signal was armed.
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("daemon exited during spawn"));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Sends every line of `r` to job-exec as output of process `proc`.
+async fn forward(
+    r: Reader,
+    events: mpsc::UnboundedSender<Input>,
+    id: JobId,
+    proc: u32,
+    stream: &'static str,
+) {
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(data)) = lines.next_line().await {
+        let _ = events.send(Input::ShellOutput {
+            id,
+            proc,
+            stream: stream.to_string(),
+            data,
+        });
+    }
+}

@@ -1,0 +1,564 @@
+//! The controller's job manager: takes jobs from tools, places them on daemon ranks, hands
+//! them to the job-exec module, follows their states from its events, streams their output
+//! back to the submitting tool, enforces time limits, and keeps the list of live jobs the
+//! shell persists so a restarted controller can recover them.
+//!
+//! Sans-IO: the shell feeds [`Input`]s and carries out [`Output`]s.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::{JobReport, ProcPlace};
+use crate::idset::IdSet;
+use crate::jobexec::{self, JobEvent, JobId, JobSpec};
+use crate::node::LinkId;
+use crate::tree::Rank;
+use crate::wire::{MapBy, Submit, ToolReply};
+
+/// Finished jobs kept for `pctl jobs`.
+const HISTORY: usize = 1000;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// `joined` are the ranks currently joined (the controller's view), compute nodes first.
+    Submit {
+        link: LinkId,
+        job: Submit,
+        joined: Vec<Rank>,
+    },
+    Jobs {
+        link: LinkId,
+    },
+    Kill {
+        link: LinkId,
+        id: JobId,
+        signal: i32,
+    },
+    /// A tool's connection closed: its jobs keep running, their output is dropped.
+    ToolGone {
+        link: LinkId,
+    },
+    Event(JobEvent),
+    TimeLimit(JobId),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Exec(jobexec::Input),
+    Reply {
+        link: LinkId,
+        reply: ToolReply,
+    },
+    /// Call back with `TimeLimit(id)` after `delay`.
+    SetTimer {
+        id: JobId,
+        delay: Duration,
+    },
+    /// The live jobs, to be written where a restarted controller finds them.
+    Persist(Vec<Persisted>),
+}
+
+/// A live job as persisted across controller restarts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Persisted {
+    pub id: JobId,
+    pub userid: u32,
+    pub ranks: IdSet,
+    pub spec: JobSpec,
+    pub report: JobReport,
+    pub time_limit_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct Job {
+    userid: u32,
+    ranks: IdSet,
+    spec: JobSpec,
+    report: JobReport,
+    tool: Option<LinkId>,
+    time_limit_ms: Option<u64>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct JobManager {
+    hosts: Vec<String>,
+    next_id: JobId,
+    jobs: BTreeMap<JobId, Job>,
+    out: Vec<Output>,
+}
+
+/// Where each of `n` processes goes on `nodes` (non-empty).
+pub fn place(n: u32, nodes: &[Rank], map_by: MapBy) -> Vec<Rank> {
+    let len = nodes.len() as u32;
+    match map_by {
+        MapBy::Node => (0..n).map(|i| nodes[(i % len) as usize]).collect(),
+        MapBy::Slot => {
+            let per = n.div_ceil(len).max(1);
+            (0..n).map(|i| nodes[(i / per) as usize]).collect()
+        }
+    }
+}
+
+impl JobManager {
+    /// A job manager for a DVM whose rank `r` runs on `hosts[r]`, recovering `live` (read
+    /// back after a restart; empty on a fresh start). The first output tells job-exec which
+    /// jobs run, so its hello can begin.
+    pub fn new(hosts: Vec<String>, live: Vec<Persisted>) -> (JobManager, Vec<Output>) {
+        let next_id = live.iter().map(|p| p.id + 1).max().unwrap_or(1);
+        let mut m = JobManager {
+            hosts,
+            next_id,
+            jobs: BTreeMap::new(),
+            out: Vec::new(),
+        };
+        let mut recovered = Vec::new();
+        for p in live {
+            recovered.push((p.id, p.userid, p.ranks.clone(), p.spec.clone()));
+            m.jobs.insert(
+                p.id,
+                Job {
+                    userid: p.userid,
+                    ranks: p.ranks,
+                    spec: p.spec,
+                    report: p.report,
+                    tool: None,
+                    time_limit_ms: p.time_limit_ms,
+                },
+            );
+        }
+        m.emit(Output::Exec(jobexec::Input::Recovered(recovered)));
+        let out = std::mem::take(&mut m.out);
+        (m, out)
+    }
+
+    pub fn handle(&mut self, input: Input) -> Vec<Output> {
+        match input {
+            Input::Submit { link, job, joined } => self.submit(link, job, joined),
+            Input::Jobs { link } => {
+                let jobs = self.jobs.values().map(|j| j.report.clone()).collect();
+                self.reply(link, ToolReply::Jobs { jobs });
+            }
+            Input::Kill { link, id, signal } => self.kill(link, id, signal),
+            Input::ToolGone { link } => {
+                for j in self.jobs.values_mut() {
+                    if j.tool == Some(link) {
+                        j.tool = None;
+                    }
+                }
+            }
+            Input::Event(e) => self.on_event(e),
+            Input::TimeLimit(id) => {
+                let live = self
+                    .jobs
+                    .get(&id)
+                    .is_some_and(|j| matches!(j.report.state.as_str(), "STARTING" | "RUNNING"));
+                if live {
+                    let ms = self
+                        .jobs
+                        .get(&id)
+                        .and_then(|j| j.time_limit_ms)
+                        .unwrap_or(0);
+                    self.emit(Output::Exec(jobexec::Input::Raise {
+                        id,
+                        severity: 0,
+                        kind: "timeout".into(),
+                        note: format!("time limit of {ms} ms reached"),
+                    }));
+                }
+            }
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn emit(&mut self, o: Output) {
+        self.out.push(o);
+    }
+
+    fn reply(&mut self, link: LinkId, reply: ToolReply) {
+        self.emit(Output::Reply { link, reply });
+    }
+
+    fn error(&mut self, link: LinkId, message: String) {
+        self.reply(link, ToolReply::Error { message });
+    }
+
+    fn submit(&mut self, link: LinkId, job: Submit, joined: Vec<Rank>) {
+        if job.argv.is_empty() {
+            return self.error(link, "a job needs a command".into());
+        }
+        if job.nprocs == 0 {
+            return self.error(link, "a job needs at least one process (-n)".into());
+        }
+        let nodes: Vec<Rank> = match &job.hosts {
+            Some(hosts) => {
+                let mut v = Vec::new();
+                for h in hosts {
+                    match self.hosts.iter().position(|x| x == h) {
+                        Some(r) if joined.contains(&(r as Rank)) => v.push(r as Rank),
+                        Some(_) => {
+                            return self.error(link, format!("host {h} has no joined daemon"))
+                        }
+                        None => return self.error(link, format!("host {h} is not in the DVM")),
+                    }
+                }
+                v
+            }
+            None => joined,
+        };
+        if nodes.is_empty() {
+            return self.error(link, "no joined daemon to run the job on".into());
+        }
+        let placement = place(job.nprocs, &nodes, job.map_by);
+        let ranks: IdSet = placement.iter().copied().collect();
+        let id = self.next_id;
+        self.next_id += 1;
+        let places: Vec<ProcPlace> = placement
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ProcPlace {
+                proc: i as u32,
+                rank: *r,
+                host: self.hosts.get(*r as usize).cloned().unwrap_or_default(),
+            })
+            .collect();
+        let spec = JobSpec {
+            argv: job.argv.clone(),
+            env: job.env.clone(),
+            cwd: job.cwd.clone(),
+            placement,
+        };
+        let report = JobReport {
+            id,
+            state: "STARTING".into(),
+            argv: job.argv,
+            nprocs: job.nprocs,
+            placement: places.clone(),
+            status: None,
+            exception: None,
+        };
+        self.jobs.insert(
+            id,
+            Job {
+                userid: job.userid,
+                ranks: ranks.clone(),
+                spec: spec.clone(),
+                report,
+                tool: Some(link),
+                time_limit_ms: job.time_limit_ms,
+            },
+        );
+        self.prune_history();
+        self.persist();
+        self.reply(
+            link,
+            ToolReply::Submitted {
+                id,
+                placement: places,
+            },
+        );
+        self.emit(Output::Exec(jobexec::Input::Submit {
+            id,
+            userid: job.userid,
+            ranks,
+            spec,
+        }));
+    }
+
+    fn kill(&mut self, link: LinkId, id: JobId, signal: i32) {
+        if !self.jobs.contains_key(&id) {
+            return self.error(link, format!("no job {id}"));
+        }
+        // SIGKILL is the job's end: a fatal exception, as the RFC has it for cancellation.
+        self.emit(Output::Exec(if signal == 9 {
+            jobexec::Input::Raise {
+                id,
+                severity: 0,
+                kind: "cancel".into(),
+                note: "killed by a tool".into(),
+            }
+        } else {
+            jobexec::Input::Signal { id, signal }
+        }));
+        self.reply(link, ToolReply::Signalled { id });
+    }
+
+    fn on_event(&mut self, e: JobEvent) {
+        match e {
+            JobEvent::Started { id } => {
+                let limit = self.jobs.get_mut(&id).and_then(|j| {
+                    j.report.state = "RUNNING".into();
+                    j.time_limit_ms
+                });
+                if let Some(ms) = limit {
+                    self.emit(Output::SetTimer {
+                        id,
+                        delay: Duration::from_millis(ms),
+                    });
+                }
+                self.persist();
+            }
+            JobEvent::Finished { id, status } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.report.state = "CLEANUP".into();
+                    j.report.status = Some(status);
+                }
+                self.persist();
+            }
+            JobEvent::Exception { id, kind, note, .. } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.report.exception.get_or_insert(format!("{kind}: {note}"));
+                }
+            }
+            JobEvent::Released { id, last, .. } => {
+                if !last {
+                    return;
+                }
+                let Some(j) = self.jobs.get_mut(&id) else {
+                    return;
+                };
+                j.report.state = "INACTIVE".into();
+                let (tool, status, exception) = (
+                    j.tool.take(),
+                    j.report.status.unwrap_or(0),
+                    j.report.exception.clone(),
+                );
+                if let Some(link) = tool {
+                    self.reply(
+                        link,
+                        ToolReply::JobEnded {
+                            id,
+                            status,
+                            exception,
+                        },
+                    );
+                }
+                self.persist();
+            }
+            JobEvent::Output {
+                id,
+                proc,
+                stream,
+                data,
+            } => {
+                if let Some(link) = self.jobs.get(&id).and_then(|j| j.tool) {
+                    self.reply(
+                        link,
+                        ToolReply::JobOutput {
+                            id,
+                            proc,
+                            stream,
+                            data,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn prune_history(&mut self) {
+        while self.jobs.len() > HISTORY {
+            let Some(old) = self
+                .jobs
+                .iter()
+                .find(|(_, j)| j.report.state == "INACTIVE")
+                .map(|(id, _)| *id)
+            else {
+                break;
+            };
+            self.jobs.remove(&old);
+        }
+    }
+
+    fn persist(&mut self) {
+        let live = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.report.state != "INACTIVE")
+            .map(|(id, j)| Persisted {
+                id: *id,
+                userid: j.userid,
+                ranks: j.ranks.clone(),
+                spec: j.spec.clone(),
+                report: j.report.clone(),
+                time_limit_ms: j.time_limit_ms,
+            })
+            .collect();
+        self.emit(Output::Persist(live));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn submit(n: u32, map_by: MapBy, hosts: Option<Vec<String>>) -> Submit {
+        Submit {
+            argv: vec!["hostname".into()],
+            env: vec![],
+            cwd: None,
+            nprocs: n,
+            map_by,
+            hosts,
+            time_limit_ms: Some(500),
+            userid: 1000,
+        }
+    }
+
+    fn mgr() -> JobManager {
+        let hosts = ["ctl", "n01", "n02", "n03"].map(String::from).to_vec();
+        JobManager::new(hosts, vec![]).0
+    }
+
+    #[test]
+    fn placement_by_node_is_round_robin_and_by_slot_fills_nodes_in_turn() {
+        assert_eq!(place(5, &[1, 2, 3], MapBy::Node), vec![1, 2, 3, 1, 2]);
+        assert_eq!(place(5, &[1, 2, 3], MapBy::Slot), vec![1, 1, 2, 2, 3]);
+        assert_eq!(place(2, &[1, 2, 3], MapBy::Slot), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_job_goes_through_its_states_and_its_tool_hears_output_and_the_end() {
+        let mut m = mgr();
+        let out = m.handle(Input::Submit {
+            link: 5,
+            job: submit(3, MapBy::Node, None),
+            joined: vec![1, 2, 3],
+        });
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Output::Reply {
+                link: 5,
+                reply: ToolReply::Submitted { id: 1, .. }
+            }
+        )));
+        assert!(out
+            .iter()
+            .any(|o| matches!(o, Output::Exec(jobexec::Input::Submit { id: 1, .. }))));
+        let out = m.handle(Input::Event(JobEvent::Started { id: 1 }));
+        assert!(out.contains(&Output::SetTimer {
+            id: 1,
+            delay: Duration::from_millis(500)
+        }));
+        let out = m.handle(Input::Event(JobEvent::Output {
+            id: 1,
+            proc: 2,
+            stream: "stdout".into(),
+            data: "n03".into(),
+        }));
+        assert!(matches!(
+            &out[0],
+            Output::Reply {
+                link: 5,
+                reply: ToolReply::JobOutput { proc: 2, .. }
+            }
+        ));
+        m.handle(Input::Event(JobEvent::Finished { id: 1, status: 256 }));
+        let out = m.handle(Input::Event(JobEvent::Released {
+            id: 1,
+            ranks: IdSet::range(1, 3),
+            last: true,
+        }));
+        assert!(out.contains(&Output::Reply {
+            link: 5,
+            reply: ToolReply::JobEnded {
+                id: 1,
+                status: 256,
+                exception: None
+            }
+        }));
+        assert!(
+            out.contains(&Output::Persist(vec![])),
+            "an ended job is no longer live"
+        );
+        let out = m.handle(Input::Jobs { link: 6 });
+        assert!(
+            matches!(&out[0], Output::Reply { reply: ToolReply::Jobs { jobs }, .. } if jobs[0].state == "INACTIVE")
+        );
+    }
+
+    #[test]
+    fn bad_submissions_are_refused_with_a_reason() {
+        let mut m = mgr();
+        for (job, joined, why) in [
+            (
+                submit(0, MapBy::Node, None),
+                vec![1],
+                "at least one process",
+            ),
+            (
+                submit(1, MapBy::Node, Some(vec!["zz".into()])),
+                vec![1],
+                "zz is not in the DVM",
+            ),
+            (
+                submit(1, MapBy::Node, Some(vec!["n02".into()])),
+                vec![1],
+                "n02 has no joined daemon",
+            ),
+            (submit(1, MapBy::Node, None), vec![], "no joined daemon"),
+        ] {
+            let out = m.handle(Input::Submit {
+                link: 1,
+                job,
+                joined,
+            });
+            assert!(
+                matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains(why)),
+                "{why}: {out:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_time_limit_raises_a_fatal_timeout_exception_only_while_the_job_runs() {
+        let mut m = mgr();
+        m.handle(Input::Submit {
+            link: 5,
+            job: submit(1, MapBy::Node, None),
+            joined: vec![1],
+        });
+        m.handle(Input::Event(JobEvent::Started { id: 1 }));
+        let out = m.handle(Input::TimeLimit(1));
+        assert!(
+            matches!(&out[0], Output::Exec(jobexec::Input::Raise { severity: 0, kind, .. }) if kind == "timeout")
+        );
+        m.handle(Input::Event(JobEvent::Finished { id: 1, status: 9 }));
+        assert!(m.handle(Input::TimeLimit(1)).is_empty());
+    }
+
+    #[test]
+    fn a_restarted_manager_recovers_live_jobs_and_numbers_on() {
+        let mut m = mgr();
+        let out = m.handle(Input::Submit {
+            link: 5,
+            job: submit(2, MapBy::Node, None),
+            joined: vec![1, 2],
+        });
+        let Some(Output::Persist(live)) = out
+            .iter()
+            .find(|o| matches!(o, Output::Persist(_)))
+            .cloned()
+        else {
+            panic!("no persist: {out:?}");
+        };
+        let (mut m2, first) = JobManager::new(m.hosts.clone(), live);
+        assert!(
+            matches!(&first[0], Output::Exec(jobexec::Input::Recovered(list)) if list.len() == 1)
+        );
+        let out = m2.handle(Input::Submit {
+            link: 7,
+            job: submit(1, MapBy::Node, None),
+            joined: vec![1],
+        });
+        assert!(out.iter().any(|o| matches!(
+            o,
+            Output::Reply {
+                reply: ToolReply::Submitted { id: 2, .. },
+                ..
+            }
+        )));
+    }
+}

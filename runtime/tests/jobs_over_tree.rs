@@ -1,0 +1,165 @@
+//! End to end: jobs run over the routing tree (Flux RFC 33 job control) — `prun` submits,
+//! daemons start the processes on their nodes, output streams back, the job's status comes
+//! out, and `pctl jobs` shows where everything ran.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dvmlab_harness::{wait_until, IpMode};
+use dvmlab_runtime::contract::JobReport;
+
+const PRUN: &str = env!("CARGO_BIN_EXE_prun");
+
+fn prun(dvm: &Dvm, args: &[&str]) -> (Option<i32>, String, String) {
+    let mut argv = vec![PRUN.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let (st, out, err) = dvm
+        .cluster
+        .exec_within(&dvm.ctl, &argv, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("prun: {e}"));
+    (st.and_then(|s| s.code()), out, err)
+}
+
+fn jobs(dvm: &Dvm) -> Vec<JobReport> {
+    let (ok, out, err) = dvm.pctl(&["jobs", "--json"]);
+    assert!(ok, "pctl jobs: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
+    let Some(b) = backend("jobs", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(6);
+    let conf = conf_for(6).set("DVMRadix", 2);
+    let mut dvm = Dvm::new("jobs", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+
+    let (code, out, err) = prun(
+        &dvm,
+        &[
+            "--tag-output",
+            "sh",
+            "-c",
+            "echo proc $DVMLAB_PROC of $DVMLAB_NPROCS; echo oops >&2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    for p in 0..6 {
+        assert!(out.contains(&format!("[{p}] proc {p} of 6")), "{out}");
+    }
+    assert_eq!(err.matches("oops").count(), 6, "{err}");
+
+    let (code, _, err) = prun(&dvm, &["-n", "3", "sh", "-c", "exit $((DVMLAB_PROC + 2))"]);
+    assert_eq!(code, Some(4), "the greatest exit status: {err}");
+
+    let (code, out, _) = prun(
+        &dvm,
+        &[
+            "-n",
+            "4",
+            "--map-by",
+            "slot",
+            "--host",
+            "n02,n05",
+            "sh",
+            "-c",
+            "echo $DVMLAB_PROC",
+        ],
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(out.lines().count(), 4);
+    let js = jobs(&dvm);
+    assert_eq!(js.len(), 3);
+    assert!(js.iter().all(|j| j.state == "INACTIVE"), "{js:?}");
+    assert_eq!(js[1].status, Some(4 << 8));
+    let hosts_of_last: Vec<&str> = js[2].placement.iter().map(|p| p.host.as_str()).collect();
+    assert_eq!(hosts_of_last, ["n02", "n02", "n05", "n05"]);
+    let s = dvm.status().unwrap();
+    let m = s.job_messages.expect("job message counters in status");
+    // Radix 2: the controller hears one start per child subtree per job, not one per rank.
+    assert!(m.start <= 2 * 3, "{m:?}");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_killed_daemon_leaves_no_process_of_its_job_behind_and_the_job_fails() {
+    let Some(b) = backend("orphans", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(3);
+    let conf = conf_for(3).set("DVMRadix", 2);
+    let mut dvm = Dvm::new("orphans", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    let marker = format!("dvlsleep{}", std::process::id());
+    let mut argv = vec![PRUN.to_string()];
+    argv.extend(
+        [
+            "bash",
+            "-c",
+            &format!("exec -a {marker}-$DVMLAB_PROC sleep 600"),
+        ]
+        .map(String::from),
+    );
+    let err_path = dvm.cluster.run_dir().join("prun.err");
+    let mut prun = dvm
+        .cluster
+        .command(&dvm.ctl, &argv)
+        .unwrap()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let count = |pattern: &str| {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", &format!("^{pattern}")])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || match count(&marker) {
+            3 => Ok(()),
+            n => Err(format!("{n} job processes")),
+        },
+    )
+    .unwrap();
+    // Process 1 runs on n02 (rank 2): one process per node, in rank order.
+    dvm.cluster.kill("n02").unwrap();
+    wait_until(
+        Duration::from_secs(1),
+        Duration::from_millis(10),
+        || match count(&format!("{marker}-1")) {
+            0 => Ok(()),
+            n => Err(format!(
+                "{n} of n02's job processes alive 1 s after SIGKILL of its daemon"
+            )),
+        },
+    )
+    .unwrap();
+    // The job gets a node-failure exception: the other shells are killed and it ends.
+    let st = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        prun.try_wait()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "prun still running".to_string())
+    })
+    .unwrap();
+    assert_eq!(st.code(), Some(137), "SIGKILL: 128 + 9");
+    let err = std::fs::read_to_string(&err_path).unwrap();
+    assert!(err.contains("node-failure"), "{err}");
+    assert_eq!(count(&marker), 0);
+    let js = jobs(&dvm);
+    assert_eq!(js[0].state, "INACTIVE");
+    assert!(js[0]
+        .exception
+        .as_deref()
+        .unwrap_or("")
+        .contains("node-failure"));
+}
