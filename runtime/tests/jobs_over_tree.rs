@@ -163,3 +163,137 @@ fn a_killed_daemon_leaves_no_process_of_its_job_behind_and_the_job_fails() {
         .unwrap_or("")
         .contains("node-failure"));
 }
+
+#[test]
+fn a_controller_restarted_mid_job_recovers_it_losing_and_repeating_nothing() {
+    let Some(b) = backend("recovery", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(6);
+    let conf = conf_for(6).set("DVMRadix", 2);
+    let mut dvm = Dvm::new("recovery", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    let marks = dvm.cluster.run_dir().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let gate = marks.join("go");
+    // Each process records its start, waits for the gate (opened after the restart), and
+    // records its end: a lost process never ends, a repeated one starts twice.
+    let script = format!(
+        "echo start >> {m}/p$DVMLAB_PROC; while [ ! -e {g} ]; do sleep 0.05; done; echo end >> {m}/p$DVMLAB_PROC",
+        m = marks.display(),
+        g = gate.display()
+    );
+    let mut argv = vec![PRUN.to_string()];
+    argv.extend(["sh", "-c", script.as_str()].map(String::from));
+    let mut prun = dvm
+        .cluster
+        .command(&dvm.ctl, &argv)
+        .unwrap()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let js = jobs(&dvm);
+        match js.first() {
+            Some(j) if j.state == "RUNNING" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .unwrap();
+    dvm.cluster.kill("ctl").unwrap();
+    let _ = prun.wait();
+    dvm.cluster.start("ctl").unwrap();
+    dvm.wait_formed(Duration::from_secs(20));
+    let js = jobs(&dvm);
+    assert_eq!(
+        js.len(),
+        1,
+        "the restarted controller knows the job: {js:?}"
+    );
+    assert_eq!(js[0].state, "RUNNING", "{js:?}");
+    std::fs::write(&gate, "").unwrap();
+    wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
+        let js = jobs(&dvm);
+        if js[0].state == "INACTIVE" {
+            Ok(())
+        } else {
+            Err(format!("{js:?}"))
+        }
+    })
+    .unwrap();
+    let js = jobs(&dvm);
+    assert_eq!(js[0].status, Some(0), "{js:?}");
+    assert_eq!(js[0].exception, None, "{js:?}");
+    for p in 0..6 {
+        let text = std::fs::read_to_string(marks.join(format!("p{p}"))).unwrap_or_default();
+        assert_eq!(
+            text, "start\nend\n",
+            "process {p} ran exactly once, to its end"
+        );
+    }
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn time_limits_signals_prologs_and_epilogs_do_what_they_say() {
+    let Some(b) = backend("limits", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(3);
+    let mut dvm = Dvm::new("limits", b, IpMode::V4, &hosts, &conf_for(3));
+    let marks = dvm.cluster.run_dir().join("hooks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let m = marks.display();
+    let conf = conf_for(3)
+        .set("JobProlog", format!("echo pro >> {m}/j$DVMLAB_JOB_ID"))
+        .set(
+            "JobEpilog",
+            format!("sleep 0.2; echo epi >> {m}/j$DVMLAB_JOB_ID"),
+        );
+    dvm.cluster.set_conf(&conf.render()).unwrap();
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+
+    // The time limit kills the job with a timeout exception.
+    let (code, _, err) = prun(&dvm, &["--time-limit", "0.5", "sleep", "600"]);
+    assert_eq!(code, Some(137), "{err}");
+    assert!(err.contains("timeout"), "{err}");
+    // Release waited for every epilog: all three are done when prun returns.
+    let hooks = std::fs::read_to_string(marks.join("j1")).unwrap();
+    assert_eq!(hooks.matches("pro").count(), 3, "{hooks}");
+    assert_eq!(hooks.matches("epi").count(), 3, "{hooks}");
+
+    // SIGTERM to prun reaches every process of the job.
+    let script = "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut argv = vec![PRUN.to_string()];
+    argv.extend(["sh", "-c", script].map(String::from));
+    let out_path = dvm.cluster.run_dir().join("term.out");
+    let mut p = dvm
+        .cluster
+        .command(&dvm.ctl, &argv)
+        .unwrap()
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+        match out.matches("ready").count() {
+            3 => Ok(()),
+            n => Err(format!("{n} processes ready")),
+        }
+    })
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = p.wait().unwrap();
+    let out = std::fs::read_to_string(&out_path).unwrap();
+    assert_eq!(st.code(), Some(7), "{out}");
+    assert_eq!(out.matches("got-term").count(), 3, "{out}");
+    dvm.stop_cleanly(&hosts);
+}
