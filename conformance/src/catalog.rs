@@ -59,10 +59,13 @@ pub struct Catalog {
 }
 
 /// The catalogs shipped with the suite.
-const SOURCES: &[(&str, &str)] = &[(
-    "catalog/bootstrap.toml",
-    include_str!("../catalog/bootstrap.toml"),
-)];
+const SOURCES: &[(&str, &str)] = &[
+    (
+        "catalog/bootstrap.toml",
+        include_str!("../catalog/bootstrap.toml"),
+    ),
+    ("catalog/rfc33.toml", include_str!("../catalog/rfc33.toml")),
+];
 
 /// Parses one catalog and checks its ids: unique, prefixed by the spec name.
 pub fn parse(path: &str, text: &str) -> Result<Catalog, String> {

@@ -71,6 +71,30 @@ pub struct ProcessBackend {
     pub env: BTreeMap<String, String>,
 }
 
+/// How to run and watch jobs (RFC 33 items). Placeholders: `{nprocs}`, `{hosts}` (comma
+/// separated) in `submit`; `{id}`, `{signal}` (a name such as `TERM`) in `kill`; `{secs}` in
+/// `time_limit`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Jobs {
+    /// Runs a job and waits for it: the job's command is appended; it must stream the job's
+    /// output and exit with the job's status (an exit code, or 128 + a signal).
+    pub submit: Vec<String>,
+    /// Prints the job list JSON (see `conformance/README.md`).
+    pub list: Vec<String>,
+    /// Sends a signal to every process of a job; `KILL` ends it.
+    pub kill: Vec<String>,
+    /// Words inserted before the command to give the job a time limit.
+    #[serde(default)]
+    pub time_limit: Vec<String>,
+    /// The environment variable that holds a job process's index (0 … nprocs-1).
+    pub proc_env: String,
+    /// The status JSON carries `job_messages` (upward job-exec requests the controller
+    /// received, by kind), so the reductions can be checked.
+    #[serde(default)]
+    pub message_counters: bool,
+}
+
 /// Optional features an implementation declares. Items that need an absent one are
 /// UNSUPPORTED.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -96,6 +120,7 @@ struct Raw {
     identity: Option<Command>,
     mca: Option<Mca>,
     process_backend: Option<ProcessBackend>,
+    jobs: Option<Jobs>,
     #[serde(default)]
     features: Features,
 }
@@ -113,6 +138,7 @@ pub struct Profile {
     pub identity: Option<Command>,
     pub mca: Option<Mca>,
     pub process_backend: Option<ProcessBackend>,
+    pub jobs: Option<Jobs>,
     pub features: Features,
 }
 
@@ -175,6 +201,21 @@ impl Profile {
             fill(words, &vars);
         }
         fill(&mut raw.implementation.build, &vars);
+        if let Some(j) = raw.jobs.as_mut() {
+            for (key, words) in [
+                ("jobs.submit", &mut j.submit),
+                ("jobs.list", &mut j.list),
+                ("jobs.kill", &mut j.kill),
+            ] {
+                if words.is_empty() {
+                    return Err(err(key, "must name a program"));
+                }
+                fill(words, &vars);
+            }
+            if j.proc_env.is_empty() {
+                return Err(err("jobs.proc_env", "must name an environment variable"));
+            }
+        }
         if let Some(id) = raw.identity.as_mut() {
             if id.command.is_empty() {
                 return Err(err("identity.command", "must name a program"));
@@ -211,6 +252,7 @@ impl Profile {
             identity: raw.identity,
             mca: raw.mca,
             process_backend: raw.process_backend,
+            jobs: raw.jobs,
             features: raw.features,
         })
     }

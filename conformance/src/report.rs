@@ -12,6 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Catalog;
 use crate::outcome::Outcome;
 
+/// The reason of an item no trial of this run judged.
+const NOT_SELECTED: &str = "not selected in this run";
+
 /// Version of the `results.json` layout; bumped on any incompatible change.
 pub const SCHEMA: &str = "dvmlab-conformance-results/1";
 
@@ -84,7 +87,7 @@ pub fn assemble(
                     outcome: Outcome::NotRun,
                     reason: Some(match &it.out_of_scope {
                         Some(why) => format!("out of scope: {why}"),
-                        None => "not selected in this run".into(),
+                        None => NOT_SELECTED.into(),
                     }),
                     duration_ms: 0,
                     tests: Vec::new(),
@@ -130,22 +133,28 @@ pub fn totals_line(r: &Results) -> String {
 /// (an UNSUPPORTED or NOT_RUN MUST item is not a pass; items out of the suite's scope are
 /// listed in the catalog but not counted).
 pub fn verdict_line(r: &Results) -> String {
+    let reason = |i: &ItemRecord| i.reason.clone().unwrap_or_default();
     let open: Vec<&ItemRecord> = r
         .items
         .iter()
         .filter(|i| i.level == "MUST" && i.outcome != Outcome::Pass)
-        .filter(|i| {
-            !i.reason
-                .as_deref()
-                .unwrap_or("")
-                .starts_with("out of scope")
-        })
+        .filter(|i| !reason(i).starts_with("out of scope") && reason(i) != NOT_SELECTED)
         .collect();
+    let unselected = r
+        .items
+        .iter()
+        .filter(|i| i.level == "MUST" && reason(i) == NOT_SELECTED)
+        .count();
+    let rest = if unselected > 0 {
+        format!(" ({unselected} MUST item(s) not selected in this run)")
+    } else {
+        String::new()
+    };
     if open.is_empty() {
-        "conformance: every MUST item PASS".to_string()
+        format!("conformance: every MUST item run PASS{rest}")
     } else {
         format!(
-            "conformance: {} MUST item(s) not PASS (not conformant as run): {}",
+            "conformance: {} MUST item(s) not PASS (not conformant as run): {}{rest}",
             open.len(),
             open.iter()
                 .take(8)

@@ -30,6 +30,35 @@ pub struct Status {
     pub expected: u32,
     pub controller_uri: String,
     pub members: Vec<Member>,
+    /// Upward job-exec requests the controller received, by kind (optional).
+    #[serde(default)]
+    pub job_messages: Option<JobMessages>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct JobMessages {
+    pub start: u64,
+    pub finish: u64,
+    pub release: u64,
+}
+
+/// Where one process of a job runs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Place {
+    pub proc: u32,
+    pub rank: u32,
+    pub host: String,
+}
+
+/// One job of the job list.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct JobView {
+    pub id: u64,
+    /// `STARTING`, `RUNNING`, `CLEANUP` or `INACTIVE`.
+    pub state: String,
+    pub placement: Vec<Place>,
+    pub status: Option<i32>,
+    pub exception: Option<String>,
 }
 
 impl Status {

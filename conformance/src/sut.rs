@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
 
 use crate::knobs::Cell;
-use crate::outcome::{fail, OrUnresolved, Problem, Verdict};
+use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
 use crate::profile::Profile;
 use crate::status::{Identity, Status};
 
@@ -402,6 +402,128 @@ impl<'a> Dvm<'a> {
                     None => a.ends_with(&format!(":{port}")),
                 })
         }))
+    }
+
+    fn jobs_profile(&self) -> Result<crate::profile::Jobs, Problem> {
+        self.ctx.profile.jobs.clone().ok_or_else(|| {
+            Problem::Unsupported("the profile has no [jobs] section (how to run jobs)".into())
+        })
+    }
+
+    /// The submit command for `nprocs` processes on `hosts` running `cmd`, with `extra`
+    /// words (a time limit) before the command.
+    pub fn submit_argv(
+        &self,
+        nprocs: usize,
+        hosts: &[String],
+        extra: &[String],
+        cmd: &[&str],
+    ) -> Result<Vec<String>, Problem> {
+        let j = self.jobs_profile()?;
+        let mut argv: Vec<String> = j
+            .submit
+            .iter()
+            .map(|w| {
+                w.replace("{nprocs}", &nprocs.to_string())
+                    .replace("{hosts}", &hosts.join(","))
+            })
+            .collect();
+        argv.extend(extra.iter().cloned());
+        argv.extend(cmd.iter().map(|s| s.to_string()));
+        Ok(argv)
+    }
+
+    /// Runs a job to its end: (exit code, stdout, stderr).
+    pub fn run_job(
+        &self,
+        nprocs: usize,
+        hosts: &[String],
+        cmd: &[&str],
+    ) -> Result<(Option<i32>, String, String), Problem> {
+        let argv = self.submit_argv(nprocs, hosts, &[], cmd)?;
+        self.run_on(&self.ctl, &argv, COMMAND_LIMIT)
+    }
+
+    /// Starts a job in the background; its stdout and stderr go to files `<name>.out` and
+    /// `<name>.err` of the run directory.
+    pub fn spawn_job(
+        &self,
+        name: &str,
+        argv: &[String],
+    ) -> Result<(std::process::Child, PathBuf, PathBuf), Problem> {
+        let out = self.cluster.run_dir().join(format!("{name}.out"));
+        let err = self.cluster.run_dir().join(format!("{name}.err"));
+        let file = |p: &PathBuf| {
+            std::fs::File::create(p)
+                .map_err(|e| Problem::Unresolved(format!("{}: {e}", p.display())))
+        };
+        let child = self
+            .cluster
+            .command(&self.ctl, argv)
+            .or_unresolved("the submit command")?
+            .stdin(std::process::Stdio::null())
+            .stdout(file(&out)?)
+            .stderr(file(&err)?)
+            .spawn()
+            .or_unresolved("starting the submit command")?;
+        Ok((child, out, err))
+    }
+
+    /// The job list, parsed.
+    pub fn jobs(&self) -> Result<Vec<crate::status::JobView>, Problem> {
+        let j = self.jobs_profile()?;
+        let (code, out, err) = self.run_on(&self.ctl, &j.list, COMMAND_LIMIT)?;
+        if code != Some(0) {
+            return Err(fail(
+                "the job list command succeeds",
+                format!("exit {code:?}: {err}"),
+            ));
+        }
+        serde_json::from_str(out.trim())
+            .map_err(|e| fail("the job list JSON", format!("{e}: {out}")))
+    }
+
+    /// Waits until job `id` (the newest job when `None`) satisfies `pred`.
+    pub fn wait_job(
+        &self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&crate::status::JobView) -> bool,
+    ) -> Result<crate::status::JobView, Problem> {
+        let mut last = String::from("no job list yet");
+        let end = Instant::now() + within;
+        loop {
+            let jobs = self.jobs()?;
+            if let Some(j) = jobs.last() {
+                if pred(j) {
+                    return Ok(j.clone());
+                }
+                last = format!("{j:?}");
+            }
+            if Instant::now() >= end {
+                return Err(fail(format!("{what} within {within:?}"), last));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends `signal` (a name such as `TERM`) to every process of job `id`.
+    pub fn kill_job(&self, id: u64, signal: &str) -> Verdict {
+        let j = self.jobs_profile()?;
+        let argv: Vec<String> = j
+            .kill
+            .iter()
+            .map(|w| {
+                w.replace("{id}", &id.to_string())
+                    .replace("{signal}", signal)
+            })
+            .collect();
+        let (code, out, err) = self.run_on(&self.ctl, &argv, COMMAND_LIMIT)?;
+        check(
+            code == Some(0),
+            format!("the kill command for job {id} succeeds"),
+            format!("exit {code:?}: {out}{err}"),
+        )
     }
 
     /// The hosts of the cluster, by name.

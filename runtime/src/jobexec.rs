@@ -276,8 +276,8 @@ struct Job {
     /// Barrier sequence being gathered and who entered it.
     barrier: Option<(u64, IdSet)>,
     /// What was already sent up (reset when the upward link changes).
-    sent_start: bool,
-    sent_finish: bool,
+    sent_start: IdSet,
+    sent_finish: IdSet,
     sent_release: IdSet,
     /// Controller: partial releases already given to the job manager.
     reported_release: IdSet,
@@ -443,8 +443,8 @@ impl JobExec {
         // A new parent knows nothing of what we sent the old one.
         self.ready = false;
         for j in self.jobs.values_mut() {
-            j.sent_start = false;
-            j.sent_finish = false;
+            j.sent_start = IdSet::new();
+            j.sent_finish = IdSet::new();
             j.sent_release = IdSet::new();
         }
         if link.is_some() {
@@ -670,6 +670,16 @@ impl JobExec {
                         "exec".into(),
                         format!("job {id} is not running on rank {}", self.me),
                     );
+                    // The shell that should be here is gone (it died with an earlier life of
+                    // this daemon): count it ended, killed, so the job can still end.
+                    let me = self.me;
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.shell = Some(Shell::Released);
+                        j.started.insert(me);
+                        j.finished.insert(me);
+                        j.released.insert(me);
+                        j.status = j.status.max(9);
+                    }
                 }
                 // Whatever we knew before the new parent, it needs again.
                 self.progress(id);
@@ -857,16 +867,22 @@ impl JobExec {
         }
         let mut out = Vec::new();
         let all = |got: &IdSet| expect.difference(got).is_empty();
-        if !j.sent_start && all(&j.started) {
-            j.sent_start = true;
-            out.push(if controller {
-                Output::Event(JobEvent::Started { id })
+        // The subtree can grow after a report went up (a child rejoins late): then the
+        // newly complete ranks go up too. In steady state it is one message per event.
+        let unsent_start = expect.difference(&j.sent_start);
+        if !unsent_start.is_empty() && all(&j.started) {
+            let first = j.sent_start.is_empty();
+            j.sent_start = expect.clone();
+            if controller {
+                if first {
+                    out.push(Output::Event(JobEvent::Started { id }));
+                }
             } else {
-                Output::SendUp(ExecUp::Start {
+                out.push(Output::SendUp(ExecUp::Start {
                     id,
-                    ranks: expect.clone(),
-                })
-            });
+                    ranks: unsent_start,
+                }));
+            }
         }
         if let Some((seq, entered)) = j.barrier.clone() {
             if all(&entered) {
@@ -885,20 +901,24 @@ impl JobExec {
                 }));
             }
         }
-        if !j.sent_finish && all(&j.finished) {
-            j.sent_finish = true;
-            out.push(if controller {
-                Output::Event(JobEvent::Finished {
-                    id,
-                    status: j.status,
-                })
+        let unsent_finish = expect.difference(&j.sent_finish);
+        if !unsent_finish.is_empty() && all(&j.finished) {
+            let first = j.sent_finish.is_empty();
+            j.sent_finish = expect.clone();
+            if controller {
+                if first {
+                    out.push(Output::Event(JobEvent::Finished {
+                        id,
+                        status: j.status,
+                    }));
+                }
             } else {
-                Output::SendUp(ExecUp::Finish {
+                out.push(Output::SendUp(ExecUp::Finish {
                     id,
-                    ranks: expect.clone(),
+                    ranks: unsent_finish,
                     status: j.status,
-                })
-            });
+                }));
+            }
         }
         if controller {
             let fresh = j.released.difference(&j.reported_release);
@@ -922,12 +942,12 @@ impl JobExec {
                     return;
                 }
             }
-        } else if j.sent_release.is_empty() && all(&j.released) {
-            j.sent_release = expect.clone();
-            out.push(Output::SendUp(ExecUp::Release {
-                id,
-                ranks: expect.clone(),
-            }));
+        } else {
+            let unsent = expect.difference(&j.sent_release);
+            if !unsent.is_empty() && all(&j.released) {
+                j.sent_release = expect.clone();
+                out.push(Output::SendUp(ExecUp::Release { id, ranks: unsent }));
+            }
         }
         self.out.extend(out);
     }
@@ -945,8 +965,8 @@ impl Job {
             status: 0,
             released: IdSet::new(),
             barrier: None,
-            sent_start: false,
-            sent_finish: false,
+            sent_start: IdSet::new(),
+            sent_finish: IdSet::new(),
             sent_release: IdSet::new(),
             reported_release: IdSet::new(),
         }
@@ -1298,5 +1318,72 @@ mod tests {
             r#"{"type":"state-update","idset":"0-3","data":{"jobs":[[42,1000,"check","1-2"]]}}"#
         );
         assert_eq!(serde_json::from_str::<ExecDown>(&j).unwrap(), m);
+    }
+
+    #[test]
+    fn a_job_whose_shell_died_with_a_restarted_daemon_still_ends_after_a_controller_restart() {
+        let mut s = Sim::new(7, 3);
+        let ranks = IdSet::range(1, 6);
+        s.submit(2, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 2 });
+        // The controller and rank 2 (parent of rank 5) die and come back.
+        s.mods[0] = JobExec::new(0, true);
+        s.mods[2] = JobExec::new(2, false);
+        s.events.clear();
+        let kids0 = vec![(1, s.subtree(1)), (2, s.subtree(2)), (3, s.subtree(3))];
+        s.push(0, Input::Children(kids0));
+        s.push(0, Input::Recovered(vec![(2, 1000, ranks.clone(), spec())]));
+        s.push(2, Input::Children(vec![(5, s.subtree(5))]));
+        for r in [1, 2, 3] {
+            s.push(r, Input::Uplink(Some(0)));
+        }
+        s.push(5, Input::Uplink(Some(2)));
+        s.run();
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Exception { id: 2, .. })),
+            "{:?}",
+            s.events
+        );
+        // The fatal exception killed every live shell; they exit and release.
+        let live: IdSet = "1,3-6".parse().unwrap();
+        s.each(&live, |_| Input::ShellExited { id: 2, status: 9 });
+        s.each(&live, |_| Input::EpilogDone { id: 2 });
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
+    }
+
+    #[test]
+    fn a_child_that_rejoins_after_its_parent_reported_is_still_counted() {
+        let mut s = Sim::new(7, 3);
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        // Rank 2 restarts with no children yet; rank 5 (its child) comes back later.
+        s.mods[2] = JobExec::new(2, false);
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        s.push(2, Input::Children(vec![(5, s.subtree(5))]));
+        s.push(5, Input::Uplink(Some(2)));
+        s.run();
+        let live: IdSet = "1,3-6".parse().unwrap();
+        s.each(&live, |_| Input::ShellExited { id: 3, status: 0 });
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Finished { id: 3, .. })),
+            "{:?}",
+            s.events
+        );
+        s.each(&live, |_| Input::EpilogDone { id: 3 });
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
     }
 }

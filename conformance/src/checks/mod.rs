@@ -4,6 +4,7 @@ use crate::outcome::Verdict;
 use crate::sut::Ctx;
 
 mod bootstrap;
+mod rfc33;
 
 /// One registered test.
 #[derive(Clone, Copy)]
@@ -28,5 +29,7 @@ pub(crate) use tests;
 
 /// Every registered test.
 pub fn all() -> Vec<TestDef> {
-    bootstrap::tests()
+    let mut v = bootstrap::tests();
+    v.extend(rfc33::tests());
+    v
 }
