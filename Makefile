@@ -43,9 +43,10 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-## Formation time vs size, CPU and RSS per daemon (see README for the numbers).
+## Formation time vs size, CPU and RSS per daemon; job latency and throughput (see README).
 bench:
 	cargo bench -p dvmlab-runtime --bench formation
+	cargo bench -p dvmlab-runtime --bench jobs
 
 ## Remove namespaces, run directories and locks left by crashed runs.
 gc: build

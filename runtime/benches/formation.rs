@@ -10,7 +10,7 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use support::svg::{chart, Panel};
 
@@ -19,13 +19,6 @@ use serde_json::json;
 
 const PRTED: &str = env!("CARGO_BIN_EXE_prted");
 const PCTL: &str = env!("CARGO_BIN_EXE_pctl");
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 /// CPU time of `pid` so far, from /proc/PID/schedstat (nanoseconds on the CPU).
 fn cpu_ns(pid: u32) -> Option<u64> {
@@ -85,9 +78,9 @@ fn one(backend: BackendKind, n: usize, radix: u32) -> Result<Sample, String> {
     spec.conf = conf.render();
     spec.env.push(("DVMLAB_LOG".into(), "warn".into()));
     let mut cluster = Cluster::new(spec)?;
-    let first = unix_ms();
+    let first = support::unix_ms();
     cluster.start_all()?;
-    let last = unix_ms();
+    let last = support::unix_ms();
     let status: serde_json::Value =
         wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
             let s: serde_json::Value =
@@ -129,24 +122,9 @@ fn median(mut v: Vec<Sample>) -> Sample {
 }
 
 fn main() {
-    let backend = match std::env::var("DVMLAB_BACKEND").ok().as_deref() {
-        None | Some("process") => BackendKind::Process,
-        Some("netns") => BackendKind::Netns,
-        Some(other) => {
-            eprintln!("DVMLAB_BACKEND={other}: expected netns or process");
-            std::process::exit(2);
-        }
-    };
-    let sizes: Vec<usize> = std::env::var("DVMLAB_BENCH_SIZES")
-        .unwrap_or_else(|_| "8,32,128,512".into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
-    let reps: usize = std::env::var("DVMLAB_BENCH_REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3)
-        .max(1);
+    let backend = support::backend();
+    let sizes = support::sizes("DVMLAB_BENCH_SIZES", "8,32,128,512");
+    let reps = support::reps(3);
     let radix: u32 = std::env::var("DVMLAB_BENCH_RADIX")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -224,18 +202,6 @@ fn main() {
         }));
         samples_by_size.push((n as f64, s));
     }
-    println!("targets: 32 nodes <= 300 ms, 512 <= 3000 ms, <= 5 ms CPU and <= 8 MiB RSS per non-controller daemon");
-    if misses.is_empty() {
-        println!("all targets met");
-    } else {
-        for m in &misses {
-            println!("MISSED: {m}");
-        }
-    }
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/formation.json");
-    if let Some(dir) = out.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
     let xs: Vec<f64> = samples_by_size.iter().map(|(n, _)| *n).collect();
     let col = |f: fn(&Sample) -> f64| {
         samples_by_size
@@ -273,15 +239,13 @@ fn main() {
             },
         ],
     );
-    let svg_path = out.with_extension("svg");
-    match std::fs::write(&svg_path, svg) {
-        Ok(()) => println!("written: {}", svg_path.display()),
-        Err(e) => eprintln!("cannot write {}: {e}", svg_path.display()),
-    }
     let doc =
         json!({"backend": format!("{backend:?}"), "radix": radix, "reps": reps, "rows": rows});
-    match std::fs::write(&out, serde_json::to_string_pretty(&doc).unwrap_or_default()) {
-        Ok(()) => println!("written: {}", out.display()),
-        Err(e) => eprintln!("cannot write {}: {e}", out.display()),
-    }
+    support::report(
+        "32 nodes <= 300 ms, 512 <= 3000 ms, <= 5 ms CPU and <= 8 MiB RSS per non-controller daemon",
+        &misses,
+        "formation",
+        svg,
+        &doc,
+    );
 }
