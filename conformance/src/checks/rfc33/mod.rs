@@ -319,6 +319,21 @@ fn sleepers<'a>(
     Ok((child, out, err))
 }
 
+/// No process named `mark…` is left, and the job ended with an exception on record.
+fn ended_with_exception(dvm: &Dvm, mark: &str) -> Verdict {
+    check(
+        count(mark) == 0,
+        "no process of the job is left",
+        format!("{} left", count(mark)),
+    )?;
+    let j = dvm.wait_job(JOB, "INACTIVE", |j| j.state == "INACTIVE")?;
+    check(
+        j.exception.is_some(),
+        "the job records an exception",
+        format!("{j:?}"),
+    )
+}
+
 fn ended(child: &mut std::process::Child, within: Duration) -> Result<Option<i32>, Problem> {
     let st = wait_until(within, Duration::from_millis(20), || {
         child
@@ -342,17 +357,7 @@ pub fn a_fatal_exception_kills_every_shell_of_the_job(ctx: &Ctx) -> Verdict {
         "the job ends killed (137)",
         format!("{code:?}"),
     )?;
-    check(
-        count(&mark) == 0,
-        "no process of the job is left",
-        format!("{} left", count(&mark)),
-    )?;
-    let j = dvm.wait_job(JOB, "INACTIVE", |j| j.state == "INACTIVE")?;
-    check(
-        j.exception.is_some(),
-        "the job records an exception",
-        format!("{j:?}"),
-    )
+    ended_with_exception(&dvm, &mark)
 }
 
 pub fn signals_reach_every_process_of_the_job(ctx: &Ctx) -> Verdict {
@@ -390,17 +395,7 @@ pub fn a_time_limit_ends_the_job_with_an_exception(ctx: &Ctx) -> Verdict {
         "the job is killed (137) once its 1 s limit is up, not before",
         format!("exit {code:?} after {took:?}"),
     )?;
-    check(
-        count(&mark) == 0,
-        "no process of the job is left",
-        format!("{} left", count(&mark)),
-    )?;
-    let j = dvm.wait_job(JOB, "INACTIVE", |j| j.state == "INACTIVE")?;
-    check(
-        j.exception.is_some(),
-        "the job records an exception",
-        format!("{j:?}"),
-    )
+    ended_with_exception(&dvm, &mark)
 }
 
 /// Runs a gated 6-process job, restarts the controller while it runs (killing `also` too),
