@@ -93,6 +93,11 @@ pub struct Jobs {
     /// received, by kind), so the reductions can be checked.
     #[serde(default)]
     pub message_counters: bool,
+    /// The environment variable naming a job process's barrier descriptor: the process
+    /// writes `barrier SEQ` on a line and reads one line back once every process of the
+    /// job entered barrier SEQ.
+    #[serde(default)]
+    pub barrier_fd_env: Option<String>,
 }
 
 /// Optional features an implementation declares. Items that need an absent one are

@@ -297,3 +297,28 @@ fn time_limits_signals_prologs_and_epilogs_do_what_they_say() {
     assert_eq!(out.matches("got-term").count(), 3, "{out}");
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn a_barrier_releases_no_process_before_every_process_of_the_job_entered_it() {
+    let Some(b) = backend("barrier", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(3);
+    let mut dvm = Dvm::new("barrier", b, IpMode::V4, &hosts, &conf_for(3));
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    let flag = dvm.cluster.run_dir().join("late-entered");
+    // Two processes per node; the last one enters late, after leaving a mark. Nobody may
+    // leave the barrier before the mark exists.
+    let script = format!(
+        "if [ $DVMLAB_PROC = 5 ]; then sleep 0.5; touch {f}; fi; \
+         echo 'barrier 1' >&$DVMLAB_BARRIER_FD; read reply <&$DVMLAB_BARRIER_FD; \
+         if [ -e {f} ]; then echo \"$DVMLAB_PROC left after all: $reply\"; else echo early; fi",
+        f = flag.display()
+    );
+    let (code, out, err) = prun(&dvm, &["-n", "6", "sh", "-c", &script]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(!out.contains("early"), "{out}");
+    assert_eq!(out.matches("left after all: ok 1").count(), 6, "{out}");
+    dvm.stop_cleanly(&hosts);
+}

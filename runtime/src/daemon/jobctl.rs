@@ -189,10 +189,7 @@ impl JobCtl {
             },
             jobexec::Output::Launch { id, spec } => self.runner.launch(id, spec),
             jobexec::Output::Kill { id, signal } => self.runner.kill(id, signal),
-            jobexec::Output::BarrierDone { id, seq } => {
-                // Shells here have no barrier client (no PMI); the release is only logged.
-                debug!("job {id}: barrier {seq} complete")
-            }
+            jobexec::Output::BarrierDone { id, seq } => self.runner.barrier_done(id, seq),
             jobexec::Output::Epilog { id } => self.runner.epilog(id),
             jobexec::Output::Event(e) => work.push_back(Work::Mgr(jobmgr::Input::Event(e))),
             jobexec::Output::Log(l) => warn!("{l}"),

@@ -1,7 +1,12 @@
 //! The job shell: the processes a daemon starts on its node for a job (after the prolog),
-//! their output, their exit, signals to them, and the epilog. Every process leads its own
-//! process group (so a signal reaches what it forks) and gets a parent-death signal, so a
-//! dying daemon leaves none of them behind.
+//! their output, their exit, signals to them, barriers, and the epilog. Every process leads
+//! its own process group (so a signal reaches what it forks) and gets a parent-death signal,
+//! so a dying daemon leaves none of them behind.
+//!
+//! Barrier client: every process has a socket on file descriptor `DVMLAB_BARRIER_FD` (3). It
+//! writes `barrier SEQ` on its own line and reads a line back (`ok SEQ`) once every process
+//! of the job, on every node, entered barrier SEQ. In a shell:
+//! `echo "barrier 1" >&3; read reply <&3`.
 
 use std::collections::HashMap;
 use std::os::unix::process::ExitStatusExt;
@@ -26,6 +31,16 @@ pub struct Runner {
     events: mpsc::UnboundedSender<Input>,
     /// Process groups of each job's local processes.
     groups: Arc<Mutex<HashMap<JobId, Vec<i32>>>>,
+    barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
+}
+
+/// The barrier sockets of one job's local processes, and who entered which barrier.
+#[derive(Default)]
+struct Barriers {
+    /// Local processes of the job, and the write side of each one's socket.
+    procs: usize,
+    writers: Vec<tokio::net::unix::OwnedWriteHalf>,
+    entered: HashMap<u64, usize>,
 }
 
 /// Runs `cmd` with `sh -c`, with the job's id in the environment; its exit status.
@@ -58,17 +73,34 @@ impl Runner {
             epilog,
             events,
             groups: Arc::new(Mutex::new(HashMap::new())),
+            barriers: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Every shell of the job entered barrier `seq`: tell each local process.
+    pub fn barrier_done(&self, id: JobId, seq: u64) {
+        if let Ok(mut b) = self.barriers.lock() {
+            if let Some(b) = b.get_mut(&id) {
+                b.entered.remove(&seq);
+                for w in &b.writers {
+                    // One short line on a fresh socket: the buffer always has room.
+                    if let Err(e) = w.try_write(format!("ok {seq}\n").as_bytes()) {
+                        warn!("job {id}: barrier {seq} reply lost: {e}");
+                    }
+                }
+            }
         }
     }
 
     /// Runs the prolog, then this rank's processes of the job, and reports start, output
     /// lines and the greatest wait status.
     pub fn launch(&self, id: JobId, spec: JobSpec) {
-        let (me, events, groups, prolog) = (
+        let (me, events, groups, prolog, barriers) = (
             self.me,
             self.events.clone(),
             self.groups.clone(),
             self.prolog.clone(),
+            self.barriers.clone(),
         );
         tokio::spawn(async move {
             let send = |i: Input| {
@@ -86,9 +118,18 @@ impl Runner {
             }
             let mut children = Vec::new();
             let mut readers = Vec::new();
-            for proc in spec.procs_on(me) {
+            let procs = spec.procs_on(me);
+            if let Ok(mut b) = barriers.lock() {
+                b.entry(id).or_default().procs = procs.len();
+            }
+            for proc in procs {
                 match spawn(&spec, id, proc) {
-                    Ok(mut child) => {
+                    Ok((mut child, socket)) => {
+                        let (read, write) = socket.into_split();
+                        if let Ok(mut b) = barriers.lock() {
+                            b.entry(id).or_default().writers.push(write);
+                        }
+                        tokio::spawn(barrier_requests(read, barriers.clone(), events.clone(), id));
                         if let Some(pid) = child.id() {
                             if let Ok(mut g) = groups.lock() {
                                 g.entry(id).or_default().push(pid as i32);
@@ -150,6 +191,9 @@ impl Runner {
             if let Ok(mut g) = groups.lock() {
                 g.remove(&id);
             }
+            if let Ok(mut b) = barriers.lock() {
+                b.remove(&id);
+            }
             send(Input::ShellExited { id, status });
         });
     }
@@ -202,7 +246,48 @@ fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal)
     }
 }
 
-fn spawn(spec: &JobSpec, id: JobId, proc: u32) -> std::io::Result<tokio::process::Child> {
+/// Reads `barrier SEQ` lines from one process; once every local process of the job entered
+/// SEQ, this rank's shell has entered it.
+async fn barrier_requests(
+    read: tokio::net::unix::OwnedReadHalf,
+    barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
+    events: mpsc::UnboundedSender<Input>,
+    id: JobId,
+) {
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Some(seq) = line
+            .strip_prefix("barrier ")
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        else {
+            warn!("job {id}: not a barrier request: {line:?}");
+            continue;
+        };
+        let complete = barriers.lock().ok().is_some_and(|mut b| {
+            b.get_mut(&id).is_some_and(|b| {
+                let n = b.entered.entry(seq).or_default();
+                *n += 1;
+                *n == b.procs
+            })
+        });
+        if complete {
+            let _ = events.send(Input::ShellBarrier { id, seq });
+        }
+    }
+}
+
+/// The file descriptor a job process finds its barrier socket on.
+const BARRIER_FD: i32 = 3;
+
+fn spawn(
+    spec: &JobSpec,
+    id: JobId,
+    proc: u32,
+) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    let ours = tokio::net::UnixStream::from_std(ours)?;
+    let theirs_fd = std::os::fd::AsRawFd::as_raw_fd(&theirs);
     let (prog, args) = spec
         .argv
         .split_first()
@@ -213,6 +298,7 @@ fn spawn(spec: &JobSpec, id: JobId, proc: u32) -> std::io::Result<tokio::process
         .env("DVMLAB_JOB_ID", id.to_string())
         .env("DVMLAB_PROC", proc.to_string())
         .env("DVMLAB_NPROCS", spec.placement.len().to_string())
+        .env("DVMLAB_BARRIER_FD", BARRIER_FD.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -226,6 +312,10 @@ fn spawn(spec: &JobSpec, id: JobId, proc: u32) -> std::io::Result<tokio::process
         cmd.pre_exec(move || {
             nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+            // dup2 leaves the new descriptor open across exec (the original is close-on-exec).
+            if nix::libc::dup2(theirs_fd, BARRIER_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // The daemon may have died before the death signal was armed.
             if nix::unistd::getppid() != parent {
                 return Err(std::io::Error::other("daemon exited during spawn"));
@@ -233,7 +323,10 @@ fn spawn(spec: &JobSpec, id: JobId, proc: u32) -> std::io::Result<tokio::process
             Ok(())
         });
     }
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    // The child has its end now; ours must not keep it open.
+    drop(theirs);
+    Ok((child, ours))
 }
 
 /// Sends every line of `r` to job-exec as output of process `proc`.

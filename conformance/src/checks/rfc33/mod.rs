@@ -27,6 +27,7 @@ pub(crate) fn tests() -> Vec<TestDef> {
         a_check_for_a_job_that_died_with_its_daemon_raises_an_exception,
         a_stray_job_left_on_a_cut_off_daemon_is_terminated_when_it_returns,
         a_lost_daemon_fails_its_job_and_leaves_no_process,
+        a_barrier_releases_no_process_before_every_process_entered_it,
     ]
 }
 
@@ -552,4 +553,35 @@ pub fn a_lost_daemon_fails_its_job_and_leaves_no_process(ctx: &Ctx) -> Verdict {
     dvm.start("n02")?;
     dvm.wait_formed(FORM)?;
     dvm.stop()
+}
+
+pub fn a_barrier_releases_no_process_before_every_process_entered_it(ctx: &Ctx) -> Verdict {
+    let fd = ctx
+        .profile
+        .jobs
+        .as_ref()
+        .and_then(|j| j.barrier_fd_env.clone());
+    ctx.need_feature("jobs.barrier_fd_env", fd.is_some())?;
+    let fd = fd.unwrap_or_default();
+    let (dvm, nodes) = formed(ctx, "barrier", 3)?;
+    let env = proc_env(ctx);
+    let flag = dvm.cluster.run_dir().join("late-entered");
+    // The last process enters late, after leaving a mark: nobody may leave before it exists.
+    let script = format!(
+        "if [ ${env} = 5 ]; then sleep 0.5; touch {f}; fi; \
+         echo 'barrier 1' >&${fd}; read reply <&${fd}; \
+         if [ -e {f} ]; then echo left-after-all; else echo early; fi",
+        f = flag.display()
+    );
+    let (code, out, err) = dvm.run_job(6, &nodes, &["sh", "-c", &script])?;
+    check(
+        code == Some(0),
+        "the job exits 0",
+        format!("exit {code:?}: {err}"),
+    )?;
+    check(
+        !out.contains("early") && out.matches("left-after-all").count() == 6,
+        "all six processes leave barrier 1 only after the last one entered it",
+        out,
+    )
 }
