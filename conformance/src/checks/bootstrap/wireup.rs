@@ -276,6 +276,12 @@ pub fn connect_max_time_defaults_to_30_seconds(ctx: &Ctx) -> Verdict {
     let t0 = Instant::now();
     dvm.start_many(&booted)?;
     let waiting = |s: &Status| s.member(3).is_some_and(|m| m.state != MemberState::Joined);
+    // The window starts once the controller answers (the booted ranks joined).
+    dvm.wait_status(FORM, "ranks 2 and 4 joined", |s| {
+        [2, 4]
+            .iter()
+            .all(|r| s.member(*r).is_some_and(|m| m.state == MemberState::Joined))
+    })?;
     dvm.holds_for(
         Duration::from_secs(20),
         "rank 3 does not heal past its missing parent 1 within 20 s (default 30 s)",
