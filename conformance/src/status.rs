@@ -73,6 +73,22 @@ impl Status {
         self.members.iter().find(|m| m.rank == rank)
     }
 
+    /// Whether every one of `ranks` is joined.
+    pub fn all_joined(&self, ranks: &[u32]) -> bool {
+        ranks.iter().all(|r| {
+            self.member(*r)
+                .is_some_and(|m| m.state == MemberState::Joined)
+        })
+    }
+
+    /// Whether none of `ranks` is joined.
+    pub fn none_joined(&self, ranks: &[u32]) -> bool {
+        ranks.iter().all(|r| {
+            self.member(*r)
+                .is_some_and(|m| m.state != MemberState::Joined)
+        })
+    }
+
     /// One line per member, for failure messages.
     pub fn describe(&self) -> String {
         let mut s = format!(

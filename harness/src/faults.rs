@@ -467,10 +467,4 @@ impl Cluster {
         let o = std::sync::atomic::Ordering::Relaxed;
         Some((s.forwarded.load(o), s.dropped.load(o), s.duplicated.load(o)))
     }
-
-    /// Namespace of host `host` (netns backend), for tools a test runs against it.
-    pub fn namespace_of(&self, host: &str) -> Result<String, String> {
-        let i = self.host(host)?.index;
-        Ok(self.netns_world("a host namespace")?.host_ns(i).to_string())
-    }
 }

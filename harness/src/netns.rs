@@ -235,11 +235,6 @@ impl NetnsWorld {
         &self.switch
     }
 
-    /// Host `i`'s network namespace.
-    pub(crate) fn host_ns(&self, i: usize) -> &str {
-        &self.hosts[i]
-    }
-
     /// Deletes every namespace (killing what runs inside); links and bridges go with them.
     pub fn destroy(&mut self) {
         for ns in self.created.drain(..) {

@@ -141,11 +141,6 @@ impl Schedule {
         Schedule { seed, steps }
     }
 
-    /// When the last step is due.
-    pub fn length(&self) -> Duration {
-        self.steps.last().map(|s| s.at).unwrap_or_default()
-    }
-
     /// Carries the schedule out on `cluster`, each step at its time (or as soon as the
     /// previous one is done, if that took longer). Fails on the first step that fails, a
     /// fault included that could not be verified, naming the step.

@@ -173,10 +173,6 @@ impl IdSet {
         self.ranges.iter().flat_map(|&(lo, hi)| lo..=hi)
     }
 
-    pub fn first(&self) -> Option<u32> {
-        self.ranges.first().map(|r| r.0)
-    }
-
     /// The canonical string, optionally in brackets (`[1-3,5]`; an empty set is `[]`).
     pub fn encode(&self, brackets: bool) -> String {
         let body = self

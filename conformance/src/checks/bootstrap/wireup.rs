@@ -245,20 +245,12 @@ pub fn connect_max_time_zero_disables_healing(ctx: &Ctx) -> Verdict {
     let mut dvm = Dvm::new(ctx, "noheal", &hosts, &c)?;
     let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
     dvm.start_many(&booted)?;
-    dvm.wait_status(FORM, "ranks 2, 4, 6 joined", |s| {
-        [2, 4, 6]
-            .iter()
-            .all(|r| s.member(*r).is_some_and(|m| m.state == MemberState::Joined))
-    })?;
+    dvm.wait_status(FORM, "ranks 2, 4, 6 joined", |s| s.all_joined(&[2, 4, 6]))?;
     // Longer than the 30 s default, so a 0 read as "use the default" shows.
     dvm.holds_for(
         Duration::from_secs(36),
         "ranks 3 and 5 keep waiting for their parent 1 (DVMConnectMaxTime=0: no healing)",
-        |s| {
-            [3, 5]
-                .iter()
-                .all(|r| s.member(*r).is_some_and(|m| m.state != MemberState::Joined))
-        },
+        |s| s.none_joined(&[3, 5]),
     )?;
     dvm.start("n01")?;
     let s = dvm.wait_formed(FORM)?;
@@ -275,13 +267,9 @@ pub fn connect_max_time_defaults_to_30_seconds(ctx: &Ctx) -> Verdict {
     let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
     let t0 = Instant::now();
     dvm.start_many(&booted)?;
-    let waiting = |s: &Status| s.member(3).is_some_and(|m| m.state != MemberState::Joined);
+    let waiting = |s: &Status| s.none_joined(&[3]);
     // The window starts once the controller answers (the booted ranks joined).
-    dvm.wait_status(FORM, "ranks 2 and 4 joined", |s| {
-        [2, 4]
-            .iter()
-            .all(|r| s.member(*r).is_some_and(|m| m.state == MemberState::Joined))
-    })?;
+    dvm.wait_status(FORM, "ranks 2 and 4 joined", |s| s.all_joined(&[2, 4]))?;
     dvm.holds_for(
         Duration::from_secs(20),
         "rank 3 does not heal past its missing parent 1 within 20 s (default 30 s)",

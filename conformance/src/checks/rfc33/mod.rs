@@ -77,6 +77,15 @@ fn count(prefix: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Waits until exactly `n` processes named `prefix…` run on this machine; says how many did
+/// otherwise.
+fn wait_count(prefix: &str, n: usize, within: Duration) -> Result<(), String> {
+    wait_until(within, Duration::from_millis(10), || match count(prefix) {
+        c if c == n => Ok(()),
+        c => Err(format!("{c} processes named {prefix}")),
+    })
+}
+
 fn marker(ctx: &Ctx, what: &str) -> String {
     format!("dvlconf{}{what}{}", std::process::id(), ctx.cell.radix)
 }
@@ -308,15 +317,7 @@ fn sleepers<'a>(
     );
     let argv = dvm.submit_argv(3, &nodes[..3], extra, &["bash", "-c", &script])?;
     let (child, out, err) = dvm.spawn_job(mark, &argv)?;
-    wait_until(
-        Duration::from_secs(10),
-        Duration::from_millis(20),
-        || match count(mark) {
-            3 => Ok(()),
-            n => Err(format!("{n} job processes running")),
-        },
-    )
-    .map_err(Problem::Unresolved)?;
+    wait_count(mark, 3, Duration::from_secs(10)).map_err(Problem::Unresolved)?;
     Ok((child, out, err))
 }
 
@@ -497,18 +498,10 @@ pub fn a_stray_job_left_on_a_cut_off_daemon_is_terminated_when_it_returns(ctx: &
     )?;
     dvm.cluster.heal(p).or_unresolved("healing the partition")?;
     dvm.wait_formed(FORM)?;
-    wait_until(
-        Duration::from_secs(10),
-        Duration::from_millis(50),
-        || match count(&format!("{mark}-2")) {
-            0 => Ok(()),
-            n => Err(format!("{n}")),
-        },
-    )
-    .map_err(|n| {
+    wait_count(&format!("{mark}-2"), 0, Duration::from_secs(10)).map_err(|e| {
         fail(
             "n03 terminates the job it runs that upstream no longer has",
-            format!("still running: {n}"),
+            e,
         )
     })?;
     dvm.stop()
@@ -519,20 +512,8 @@ pub fn a_lost_daemon_fails_its_job_and_leaves_no_process(ctx: &Ctx) -> Verdict {
     let mark = marker(ctx, "lost");
     let (mut child, _, _) = sleepers(ctx, &dvm, &nodes, &mark, &[])?;
     dvm.cluster.kill("n02").or_unresolved("killing n02")?;
-    wait_until(
-        Duration::from_secs(1),
-        Duration::from_millis(10),
-        || match count(&format!("{mark}-1")) {
-            0 => Ok(()),
-            n => Err(format!("{n}")),
-        },
-    )
-    .map_err(|n| {
-        fail(
-            "n02's job process dies within 1 s of its daemon",
-            format!("alive: {n}"),
-        )
-    })?;
+    wait_count(&format!("{mark}-1"), 0, Duration::from_secs(1))
+        .map_err(|e| fail("n02's job process dies within 1 s of its daemon", e))?;
     let code = ended(&mut child, JOB)?;
     check(
         code.is_some_and(|c| c != 0),
