@@ -281,6 +281,9 @@ struct Job {
     sent_release: IdSet,
     /// Controller: partial releases already given to the job manager.
     reported_release: IdSet,
+    /// The fatal exception that went down for this job, repeated to a child that says hello
+    /// later (a restarted controller raises one before its children reconnect).
+    fatal: Option<ExecDown>,
 }
 
 /// Upward messages counted on this daemon, by kind (the reductions are proven with them).
@@ -453,13 +456,46 @@ impl JobExec {
     }
 
     fn on_recovered(&mut self, list: Vec<(JobId, u32, IdSet, JobSpec)>) {
+        let mut ids = Vec::new();
         for (id, userid, ranks, spec) in list {
             self.infos.insert(id, spec.clone());
             self.jobs
                 .entry(id)
                 .or_insert_with(|| Job::new(userid, ranks, Some(spec)));
+            ids.push(id);
+        }
+        // A controller that is also a compute node lost its own shells with its earlier life.
+        for id in ids {
+            self.lost_if_absent(id);
+            self.progress(id);
         }
         self.become_ready();
+    }
+
+    /// A job that should have a shell here has none (it died with an earlier life of this
+    /// daemon): raise an exception, and count the shell ended, killed, so the job can end.
+    fn lost_if_absent(&mut self, id: JobId) {
+        let me = self.me;
+        let absent = self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j.ranks.contains(me) && j.shell.is_none());
+        if !absent {
+            return;
+        }
+        self.raise_up(
+            id,
+            0,
+            "exec".into(),
+            format!("job {id} is not running on rank {me}"),
+        );
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.shell = Some(Shell::Released);
+            j.started.insert(me);
+            j.finished.insert(me);
+            j.released.insert(me);
+            j.status = j.status.max(9);
+        }
     }
 
     /// The first hello response arrived (or the controller's job manager spoke): children
@@ -504,6 +540,12 @@ impl JobExec {
             .filter(|(_, j)| j.ranks.intersects(&ids))
             .map(|(id, j)| JobTuple(*id, j.userid, UpdateType::Check, j.ranks.clone()))
             .collect();
+        let fatal: Vec<ExecDown> = self
+            .jobs
+            .values()
+            .filter(|j| j.ranks.intersects(&ids))
+            .filter_map(|j| j.fatal.clone())
+            .collect();
         self.emit(Output::SendDown {
             link,
             msg: ExecDown::StateUpdate {
@@ -511,6 +553,9 @@ impl JobExec {
                 data: Jobs { jobs },
             },
         });
+        for msg in fatal {
+            self.emit(Output::SendDown { link, msg });
+        }
     }
 
     fn on_down(&mut self, msg: ExecDown) {
@@ -569,8 +614,13 @@ impl JobExec {
                     note,
                 };
                 self.fan_out(&idset, &m);
-                if severity == 0 && idset.contains(self.me) {
-                    self.kill_local(id, 9);
+                if severity == 0 {
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.fatal = Some(m);
+                    }
+                    if idset.contains(self.me) {
+                        self.kill_local(id, 9);
+                    }
                 }
             }
             ExecDown::Signal { idset, id, signal } => {
@@ -661,26 +711,7 @@ impl JobExec {
                     let spec = self.infos.get(&id).cloned();
                     self.jobs.insert(id, Job::new(userid, idset.clone(), spec));
                 }
-                let here = idset.contains(self.me);
-                let known_locally = self.jobs.get(&id).is_some_and(|j| j.shell.is_some());
-                if here && !known_locally {
-                    self.raise_up(
-                        id,
-                        0,
-                        "exec".into(),
-                        format!("job {id} is not running on rank {}", self.me),
-                    );
-                    // The shell that should be here is gone (it died with an earlier life of
-                    // this daemon): count it ended, killed, so the job can still end.
-                    let me = self.me;
-                    if let Some(j) = self.jobs.get_mut(&id) {
-                        j.shell = Some(Shell::Released);
-                        j.started.insert(me);
-                        j.finished.insert(me);
-                        j.released.insert(me);
-                        j.status = j.status.max(9);
-                    }
-                }
+                self.lost_if_absent(id);
                 // Whatever we knew before the new parent, it needs again.
                 self.progress(id);
             }
@@ -969,6 +1000,7 @@ impl Job {
             sent_finish: IdSet::new(),
             sent_release: IdSet::new(),
             reported_release: IdSet::new(),
+            fatal: None,
         }
     }
 }
@@ -1269,6 +1301,52 @@ mod tests {
         });
         assert_eq!(s.events[1], JobEvent::Finished { id: 11, status: 0 });
         s.each(&ranks, |_| Input::EpilogDone { id: 11 });
+        assert!(matches!(
+            s.events.last(),
+            Some(JobEvent::Released { last: true, .. })
+        ));
+    }
+
+    #[test]
+    fn a_restarted_controller_that_ran_part_of_a_job_raises_an_exception_for_its_lost_shell() {
+        let mut s = Sim::new(4, 2);
+        let ranks = IdSet::range(0, 3);
+        s.submit(12, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 12 });
+        // The controller dies, and its job process with it; the others keep running.
+        s.mods[0] = JobExec::new(0, true);
+        s.events.clear();
+        // It recovers (and raises) before any child is back, as a real restart does.
+        s.push(0, Input::Recovered(vec![(12, 1000, ranks.clone(), spec())]));
+        let kids = vec![(1, s.subtree(1)), (2, s.subtree(2))];
+        s.push(0, Input::Children(kids));
+        s.push(1, Input::Uplink(Some(0)));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        assert!(
+            s.events.iter().any(|e| matches!(
+                e,
+                JobEvent::Exception { id: 12, severity: 0, note, .. } if note.contains("rank 0")
+            )),
+            "{:?}",
+            s.events
+        );
+        // The fatal exception reaches the surviving shells once their daemons reconnect.
+        let mut killed: Vec<Rank> = s.killed.iter().map(|(r, _, _)| *r).collect();
+        killed.sort();
+        assert_eq!(killed, [1, 2, 3]);
+        s.each(&IdSet::range(1, 3), |_| Input::ShellExited {
+            id: 12,
+            status: 9,
+        });
+        s.each(&IdSet::range(1, 3), |_| Input::EpilogDone { id: 12 });
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Finished { id: 12, status: 9 })),
+            "{:?}",
+            s.events
+        );
         assert!(matches!(
             s.events.last(),
             Some(JobEvent::Released { last: true, .. })

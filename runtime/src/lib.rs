@@ -18,6 +18,7 @@ pub mod jobexec;
 pub mod jobmgr;
 pub mod net;
 pub mod node;
+pub mod stdout;
 pub mod tree;
 pub mod uplink;
 pub mod wire;

@@ -87,7 +87,7 @@ fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
 }
 
 #[test]
-fn a_killed_daemon_leaves_no_process_of_its_job_behind_and_the_job_fails() {
+fn a_killed_daemon_leaves_no_process_of_its_job_nor_their_children_behind_and_the_job_fails() {
     let Some(b) = backend("orphans", Needs::AnyBackend) else {
         return;
     };
@@ -97,53 +97,27 @@ fn a_killed_daemon_leaves_no_process_of_its_job_behind_and_the_job_fails() {
     dvm.cluster.start_all().unwrap();
     dvm.wait_formed(Duration::from_secs(10));
     let marker = format!("dvlsleep{}", std::process::id());
-    let mut argv = vec![PRUN.to_string()];
-    argv.extend(
-        [
-            "bash",
-            "-c",
-            &format!("exec -a {marker}-$DVMLAB_PROC sleep 600"),
-        ]
-        .map(String::from),
-    );
     let err_path = dvm.cluster.run_dir().join("prun.err");
-    let mut prun = dvm
-        .cluster
-        .command(&dvm.ctl, &argv)
-        .unwrap()
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap();
-    let count = |pattern: &str| {
-        let out = std::process::Command::new("pgrep")
-            .args(["-f", &format!("^{pattern}")])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    };
-    wait_until(
+    // A grandchild in each job process's group, as well as the process itself.
+    let mut prun = start_sleepers(
+        &dvm,
+        &format!("(exec -a {marker}-$DVMLAB_PROC-child sleep 600) & exec -a {marker}-$DVMLAB_PROC sleep 600"),
+        std::fs::File::create(&err_path).unwrap().into(),
+    );
+    wait_for_procs(
+        &marker,
+        6,
         Duration::from_secs(10),
-        Duration::from_millis(20),
-        || match count(&marker) {
-            3 => Ok(()),
-            n => Err(format!("{n} job processes")),
-        },
-    )
-    .unwrap();
+        "job processes and children of theirs",
+    );
     // Process 1 runs on n02 (rank 2): one process per node, in rank order.
     dvm.cluster.kill("n02").unwrap();
-    wait_until(
+    wait_for_procs(
+        &format!("{marker}-1"),
+        0,
         Duration::from_secs(1),
-        Duration::from_millis(10),
-        || match count(&format!("{marker}-1")) {
-            0 => Ok(()),
-            n => Err(format!(
-                "{n} of n02's job processes alive 1 s after SIGKILL of its daemon"
-            )),
-        },
-    )
-    .unwrap();
+        "of n02's job processes (or their children) 1 s after SIGKILL of its daemon",
+    );
     // The job gets a node-failure exception: the other shells are killed and it ends.
     let st = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
         prun.try_wait()
@@ -154,7 +128,13 @@ fn a_killed_daemon_leaves_no_process_of_its_job_behind_and_the_job_fails() {
     assert_eq!(st.code(), Some(137), "SIGKILL: 128 + 9");
     let err = std::fs::read_to_string(&err_path).unwrap();
     assert!(err.contains("node-failure"), "{err}");
-    assert_eq!(count(&marker), 0);
+    // The other shells were killed with their groups when the job failed.
+    wait_for_procs(
+        &marker,
+        0,
+        Duration::from_secs(1),
+        "processes of the failed job alive",
+    );
     let js = jobs(&dvm);
     assert_eq!(js[0].state, "INACTIVE");
     assert!(js[0]
@@ -234,6 +214,86 @@ fn a_controller_restarted_mid_job_recovers_it_losing_and_repeating_nothing() {
         );
     }
     dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_restarted_controller_that_also_ran_job_processes_fails_the_job_for_the_ones_it_lost() {
+    let Some(b) = backend("ctlnode", Needs::AnyBackend) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(3);
+    // The controller is listed, so it is rank 0 and a compute node too.
+    let conf = conf_for(3).set("DVMNodes", "ctl,n[2:1-3]");
+    let mut dvm = Dvm::new("ctlnode", b, IpMode::V4, &hosts, &conf);
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    let marker = format!("dvlctl{}", std::process::id());
+    let mut prun = start_sleepers(
+        &dvm,
+        &format!("exec -a {marker}-$DVMLAB_PROC sleep 600"),
+        std::process::Stdio::null(),
+    );
+    wait_for_procs(&marker, 4, Duration::from_secs(10), "job processes");
+    // Process 0 runs on the controller: it dies with it.
+    dvm.cluster.kill("ctl").unwrap();
+    let _ = prun.wait();
+    wait_for_procs(
+        &format!("{marker}-0"),
+        0,
+        Duration::from_secs(1),
+        "of the controller's job processes 1 s after SIGKILL of the controller",
+    );
+    dvm.cluster.start("ctl").unwrap();
+    dvm.wait_formed(Duration::from_secs(20));
+    let js = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let js = jobs(&dvm);
+        match js.first() {
+            Some(j) if j.state == "INACTIVE" => Ok(js),
+            _ => Err(format!("{js:?}")),
+        }
+    })
+    .unwrap();
+    let e = js[0].exception.clone().unwrap_or_default();
+    assert!(e.contains("not running on rank 0"), "{js:?}");
+    wait_for_procs(
+        &marker,
+        0,
+        Duration::from_secs(1),
+        "processes of the failed job alive",
+    );
+    dvm.stop_cleanly(&hosts);
+}
+
+/// Starts `prun` with one `bash -c script` per node, stdout discarded.
+fn start_sleepers(dvm: &Dvm, script: &str, stderr: std::process::Stdio) -> std::process::Child {
+    let argv = [PRUN, "bash", "-c", script].map(String::from);
+    dvm.cluster
+        .command(&dvm.ctl, &argv)
+        .unwrap()
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until exactly `n` processes' command lines start with `pattern`.
+fn wait_for_procs(pattern: &str, n: usize, within: Duration, what: &str) {
+    wait_until(within, Duration::from_millis(10), || {
+        match count_procs(pattern) {
+            c if c == n => Ok(()),
+            c => Err(format!("{c} {what} (want {n})")),
+        }
+    })
+    .unwrap();
+}
+
+/// How many processes' command lines start with `pattern`.
+fn count_procs(pattern: &str) -> usize {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &format!("^{pattern}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
 #[test]

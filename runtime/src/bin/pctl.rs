@@ -182,7 +182,7 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
                 .map_err(|e| Failure(3, e))?
             {
                 ToolReply::Stopped { unconfirmed } if unconfirmed.is_empty() => {
-                    println!("DVM stopped");
+                    dvmlab_runtime::outln!("DVM stopped");
                     Ok(())
                 }
                 ToolReply::Stopped { unconfirmed } => Err(Failure(
@@ -240,7 +240,11 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
             loop {
                 match status(&params, timeout.min(Duration::from_secs(2))).await {
                     Ok(s) if s.formed => {
-                        println!("DVM {} formed: {} daemons", s.namespace, s.expected);
+                        dvmlab_runtime::outln!(
+                            "DVM {} formed: {} daemons",
+                            s.namespace,
+                            s.expected
+                        );
                         return Ok(());
                     }
                     Ok(s) => last = format!("{} of {} daemons joined", s.joined, s.expected),
@@ -269,7 +273,7 @@ fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Failure> {
 }
 
 fn print_table(s: &StatusReport) {
-    println!(
+    dvmlab_runtime::outln!(
         "DVM {}: {} ({}/{} daemons joined), radix {}",
         s.namespace,
         if s.formed { "formed" } else { "NOT formed" },
@@ -277,7 +281,7 @@ fn print_table(s: &StatusReport) {
         s.expected,
         s.radix
     );
-    println!("controller {} {}", s.controller_host, s.controller_uri);
+    dvmlab_runtime::outln!("controller {} {}", s.controller_host, s.controller_uri);
     let w = s
         .members
         .iter()
@@ -285,9 +289,12 @@ fn print_table(s: &StatusReport) {
         .max()
         .unwrap_or(4)
         .max(4);
-    println!(
+    dvmlab_runtime::outln!(
         "{:>6}  {:<w$}  {:>6}  {:>11}  STATE",
-        "RANK", "HOST", "PARENT", "TREE-PARENT"
+        "RANK",
+        "HOST",
+        "PARENT",
+        "TREE-PARENT"
     );
     let opt = |o: Option<u32>| o.map_or("-".to_string(), |v| v.to_string());
     for m in &s.members {
@@ -296,7 +303,7 @@ fn print_table(s: &StatusReport) {
             MemberState::Waiting => "waiting",
             MemberState::Lost => "lost",
         };
-        println!(
+        dvmlab_runtime::outln!(
             "{:>6}  {:<w$}  {:>6}  {:>11}  {}",
             m.rank,
             m.host,
@@ -323,12 +330,15 @@ fn parse_signal(s: &str) -> Option<i32> {
 }
 
 fn print_jobs(jobs: &[JobReport]) {
-    println!(
+    dvmlab_runtime::outln!(
         "{:>6}  {:<9}  {:>6}  {:>6}  COMMAND / PLACEMENT",
-        "ID", "STATE", "NPROCS", "STATUS"
+        "ID",
+        "STATE",
+        "NPROCS",
+        "STATUS"
     );
     for j in jobs {
-        println!(
+        dvmlab_runtime::outln!(
             "{:>6}  {:<9}  {:>6}  {:>6}  {}",
             j.id,
             j.state,
@@ -341,16 +351,16 @@ fn print_jobs(jobs: &[JobReport]) {
             .iter()
             .map(|p| format!("{}:{}({})", p.proc, p.host, p.rank))
             .collect();
-        println!("{:>35}{}", "", places.join(" "));
+        dvmlab_runtime::outln!("{:>35}{}", "", places.join(" "));
         if let Some(e) = &j.exception {
-            println!("{:>35}exception {e}", "");
+            dvmlab_runtime::outln!("{:>35}exception {e}", "");
         }
     }
 }
 
 fn print_ping(p: &PingReport) {
     match (p.ok, p.rtt_us) {
-        (true, Some(us)) => println!(
+        (true, Some(us)) => dvmlab_runtime::outln!(
             "rank {} ({}): {:.3} ms via {}",
             p.rank,
             p.host,
@@ -361,7 +371,7 @@ fn print_ping(p: &PingReport) {
                 .collect::<Vec<_>>()
                 .join(" > ")
         ),
-        _ => println!(
+        _ => dvmlab_runtime::outln!(
             "rank {} ({}): FAILED: {}",
             p.rank,
             p.host,

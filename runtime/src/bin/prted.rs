@@ -45,6 +45,14 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // Before anything opens a file: the job processes' barrier descriptor.
+    let slot = match daemon::BarrierSlot::claim() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("prted: cannot reserve descriptor 3 for job processes: {e}");
+            return ExitCode::from(3);
+        }
+    };
     let cli = Cli::parse();
     if !cli.bootstrap {
         eprintln!("prted: only the bootstrap method is supported; run `prted --bootstrap`");
@@ -67,28 +75,29 @@ fn main() -> ExitCode {
         let r = prepared.report();
         if cli.json {
             match serde_json::to_string_pretty(&r) {
-                Ok(s) => println!("{s}"),
+                Ok(s) => dvmlab_runtime::outln!("{s}"),
                 Err(e) => {
                     eprintln!("prted: {e}");
                     return ExitCode::from(3);
                 }
             }
         } else {
-            println!("namespace   {}", r.namespace);
-            println!("rank        {}", r.rank);
-            println!("role        {:?}", r.role);
-            println!("host        {}", r.host);
-            println!("uri         {}", r.uri);
-            println!(
+            dvmlab_runtime::outln!("namespace   {}", r.namespace);
+            dvmlab_runtime::outln!("rank        {}", r.rank);
+            dvmlab_runtime::outln!("role        {:?}", r.role);
+            dvmlab_runtime::outln!("host        {}", r.host);
+            dvmlab_runtime::outln!("uri         {}", r.uri);
+            dvmlab_runtime::outln!(
                 "daemons     {} (controller listed in DVMNodes: {})",
-                r.daemons, r.controller_listed
+                r.daemons,
+                r.controller_listed
             );
-            println!("radix       {}", r.radix);
+            dvmlab_runtime::outln!("radix       {}", r.radix);
             match (r.parent, &r.parent_uri) {
-                (Some(p), Some(u)) => println!("parent      {p} ({u})"),
-                _ => println!("parent      none (this is the controller)"),
+                (Some(p), Some(u)) => dvmlab_runtime::outln!("parent      {p} ({u})"),
+                _ => dvmlab_runtime::outln!("parent      none (this is the controller)"),
             }
-            println!("conf        {}", r.conf);
+            dvmlab_runtime::outln!("conf        {}", r.conf);
         }
         return ExitCode::SUCCESS;
     }
@@ -97,6 +106,13 @@ fn main() -> ExitCode {
         eprintln!("prted: cannot open log file: {e}");
         return ExitCode::from(3);
     }
+    // Forked first, while this process has one thread.
+    let reaper = daemon::Reaper::start().unwrap_or_else(|e| {
+        eprintln!(
+            "prted: cannot start the job reaper ({e}); job processes may outlive a killed daemon"
+        );
+        daemon::Reaper::none()
+    });
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -107,7 +123,7 @@ fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    match rt.block_on(daemon::run(prepared)) {
+    match rt.block_on(daemon::run(prepared, reaper, slot)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("prted: {e}");

@@ -197,7 +197,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
                 if stream == "stderr" {
                     eprintln!("{line}");
                 } else {
-                    println!("{line}");
+                    dvmlab_runtime::outln!("{line}");
                 }
             }
             ToolReply::JobEnded {

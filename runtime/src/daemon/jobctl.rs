@@ -6,7 +6,6 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::jobs::Runner;
@@ -34,8 +33,39 @@ pub struct JobCtl {
     mgr: Option<JobManager>,
     runner: Runner,
     up: Option<LinkId>,
-    /// Where the controller keeps its live jobs.
-    jobs_file: Option<PathBuf>,
+    /// Keeps the controller's live jobs on disk.
+    jobs_file: Option<JobsFile>,
+}
+
+/// Writes the controller's list of live jobs to its file, off the daemon's thread: replacing
+/// a file by rename costs about a millisecond on ext4 (it flushes the new data first), which
+/// every job would otherwise wait for several times. Only the latest list is written when
+/// several are queued. A controller killed within that millisecond of a submit loses the
+/// job; its daemons then end it as unknown, as they do for any job the controller forgot.
+struct JobsFile {
+    latest: std::sync::mpsc::Sender<Vec<Persisted>>,
+}
+
+impl JobsFile {
+    fn start(path: PathBuf) -> JobsFile {
+        let (latest, rx) = std::sync::mpsc::channel::<Vec<Persisted>>();
+        std::thread::spawn(move || {
+            while let Ok(mut live) = rx.recv() {
+                while let Ok(newer) = rx.try_recv() {
+                    live = newer;
+                }
+                let tmp = path.with_extension("tmp");
+                let res = serde_json::to_vec(&live)
+                    .map_err(std::io::Error::other)
+                    .and_then(|b| std::fs::write(&tmp, b))
+                    .and_then(|()| std::fs::rename(&tmp, &path));
+                if let Err(e) = res {
+                    warn!("cannot keep the job list in {}: {e}", path.display());
+                }
+            }
+        });
+        JobsFile { latest }
+    }
 }
 
 impl JobCtl {
@@ -43,22 +73,20 @@ impl JobCtl {
     pub fn new(
         me: Rank,
         hosts: Vec<String>,
-        prolog: Option<String>,
-        epilog: Option<String>,
-        shell_events: mpsc::UnboundedSender<jobexec::Input>,
+        runner: Runner,
         jobs_file: Option<PathBuf>,
     ) -> (JobCtl, Vec<Effect>) {
         let controller = jobs_file.is_some();
         let mut c = JobCtl {
             exec: JobExec::new(me, controller),
             mgr: None,
-            runner: Runner::new(me, prolog, epilog, shell_events),
+            runner,
             up: None,
-            jobs_file,
+            jobs_file: None,
         };
         let mut effects = Vec::new();
-        if let Some(path) = &c.jobs_file {
-            let live: Vec<Persisted> = match std::fs::read_to_string(path) {
+        if let Some(path) = jobs_file {
+            let live: Vec<Persisted> = match std::fs::read_to_string(&path) {
                 Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
                     warn!(
                         "{}: not a job list ({e}); starting with none",
@@ -71,6 +99,7 @@ impl JobCtl {
             if !live.is_empty() {
                 warn!("recovering {} running job(s) after a restart", live.len());
             }
+            c.jobs_file = Some(JobsFile::start(path));
             let (m, first) = JobManager::new(hosts, live);
             c.mgr = Some(m);
             let mut work = VecDeque::new();
@@ -165,7 +194,7 @@ impl JobCtl {
                 effects.push(Effect::Send(link, Frame::ToolReply(reply)))
             }
             jobmgr::Output::SetTimer { id, delay } => effects.push(Effect::Timer(id, delay)),
-            jobmgr::Output::Persist(live) => self.persist(&live),
+            jobmgr::Output::Persist(live) => self.persist(live),
         }
     }
 
@@ -196,15 +225,10 @@ impl JobCtl {
         }
     }
 
-    fn persist(&self, live: &[Persisted]) {
-        let Some(path) = &self.jobs_file else { return };
-        let tmp = path.with_extension("tmp");
-        let res = serde_json::to_vec(live)
-            .map_err(std::io::Error::other)
-            .and_then(|b| std::fs::write(&tmp, b))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = res {
-            warn!("cannot keep the job list in {}: {e}", path.display());
+    fn persist(&self, live: Vec<Persisted>) {
+        if let Some(f) = &self.jobs_file {
+            // The writer lives as long as this value.
+            let _ = f.latest.send(live);
         }
     }
 }

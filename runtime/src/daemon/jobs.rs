@@ -1,7 +1,7 @@
 //! The job shell: the processes a daemon starts on its node for a job (after the prolog),
 //! their output, their exit, signals to them, barriers, and the epilog. Every process leads
-//! its own process group (so a signal reaches what it forks) and gets a parent-death signal,
-//! so a dying daemon leaves none of them behind.
+//! its own process group, so a signal reaches what it forks, and the daemon's [`Reaper`]
+//! kills those groups if the daemon dies, so a dying daemon leaves none of them behind.
 //!
 //! Barrier client: every process has a socket on file descriptor `DVMLAB_BARRIER_FD` (3). It
 //! writes `barrier SEQ` on its own line and reads a line back (`ok SEQ`) once every process
@@ -9,17 +9,20 @@
 //! `echo "barrier 1" >&3; read reply <&3`.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
+use nix::fcntl::OFlag;
 use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::unistd::{dup3, dup3_raw, Pid};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use super::reaper::Reaper;
 use crate::jobexec::{Input, JobId, JobSpec};
 use crate::tree::Rank;
 
@@ -31,6 +34,9 @@ pub struct Runner {
     events: mpsc::UnboundedSender<Input>,
     /// Process groups of each job's local processes.
     groups: Arc<Mutex<HashMap<JobId, Vec<i32>>>>,
+    /// Kills those groups if this daemon dies.
+    reaper: Arc<Mutex<Reaper>>,
+    slot: Arc<Mutex<BarrierSlot>>,
     barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
 }
 
@@ -66,6 +72,8 @@ impl Runner {
         prolog: Option<String>,
         epilog: Option<String>,
         events: mpsc::UnboundedSender<Input>,
+        reaper: Reaper,
+        slot: BarrierSlot,
     ) -> Runner {
         Runner {
             me,
@@ -73,6 +81,8 @@ impl Runner {
             epilog,
             events,
             groups: Arc::new(Mutex::new(HashMap::new())),
+            reaper: Arc::new(Mutex::new(reaper)),
+            slot: Arc::new(Mutex::new(slot)),
             barriers: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -95,12 +105,14 @@ impl Runner {
     /// Runs the prolog, then this rank's processes of the job, and reports start, output
     /// lines and the greatest wait status.
     pub fn launch(&self, id: JobId, spec: JobSpec) {
-        let (me, events, groups, prolog, barriers) = (
+        let (me, events, groups, prolog, barriers, reaper, slot) = (
             self.me,
             self.events.clone(),
             self.groups.clone(),
             self.prolog.clone(),
             self.barriers.clone(),
+            self.reaper.clone(),
+            self.slot.clone(),
         );
         tokio::spawn(async move {
             let send = |i: Input| {
@@ -123,7 +135,11 @@ impl Runner {
                 b.entry(id).or_default().procs = procs.len();
             }
             for proc in procs {
-                match spawn(&spec, id, proc) {
+                let spawned = match slot.lock() {
+                    Ok(mut slot) => spawn(&spec, id, proc, &mut slot),
+                    Err(_) => Err(std::io::Error::other("barrier slot poisoned")),
+                };
+                match spawned {
                     Ok((mut child, socket)) => {
                         let (read, write) = socket.into_split();
                         if let Ok(mut b) = barriers.lock() {
@@ -131,6 +147,9 @@ impl Runner {
                         }
                         tokio::spawn(barrier_requests(read, barriers.clone(), events.clone(), id));
                         if let Some(pid) = child.id() {
+                            if let Ok(mut r) = reaper.lock() {
+                                r.started(pid as i32);
+                            }
                             if let Ok(mut g) = groups.lock() {
                                 g.entry(id).or_default().push(pid as i32);
                             }
@@ -160,9 +179,7 @@ impl Runner {
                         for mut c in children {
                             let _ = c.wait().await;
                         }
-                        if let Ok(mut g) = groups.lock() {
-                            g.remove(&id);
-                        }
+                        forget_groups(&groups, &reaper, id);
                         send(Input::ShellExited {
                             id,
                             status: 127 << 8,
@@ -188,9 +205,7 @@ impl Runner {
             for r in readers {
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), r).await;
             }
-            if let Ok(mut g) = groups.lock() {
-                g.remove(&id);
-            }
+            forget_groups(&groups, &reaper, id);
             if let Ok(mut b) = barriers.lock() {
                 b.remove(&id);
             }
@@ -238,6 +253,17 @@ fn box_reader<R: tokio::io::AsyncRead + Unpin + Send + 'static>(r: R) -> Reader 
     Box::new(r)
 }
 
+/// The job's processes were reaped: their group numbers may be reused, so the reaper must
+/// no longer kill them.
+fn forget_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, reaper: &Mutex<Reaper>, id: JobId) {
+    let gone = groups.lock().ok().and_then(|mut g| g.remove(&id));
+    if let Ok(mut r) = reaper.lock() {
+        for pg in gone.into_iter().flatten() {
+            r.ended(pg);
+        }
+    }
+}
+
 fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal) {
     if let Ok(g) = groups.lock() {
         for pg in g.get(&id).into_iter().flatten() {
@@ -279,15 +305,42 @@ async fn barrier_requests(
 /// The file descriptor a job process finds its barrier socket on.
 const BARRIER_FD: i32 = 3;
 
+/// The daemon's own descriptor 3, claimed at start-up (on /dev/null, close-on-exec) so that
+/// nothing else is ever given that number. For each spawn it holds the child's barrier
+/// socket without close-on-exec, so the child inherits it as descriptor 3, and goes back to
+/// /dev/null right after. This keeps the spawn free of pre-exec hooks, so the standard
+/// library uses posix_spawn (vfork-style, no page-table copy), which is most of a job's
+/// start-up cost on a busy node; and a small number, which every shell can redirect.
+pub struct BarrierSlot {
+    fd3: OwnedFd,
+    null: OwnedFd,
+}
+
+impl BarrierSlot {
+    /// Claims descriptor 3. Call before the process opens anything of its own: an inherited
+    /// descriptor 3 is replaced.
+    pub fn claim() -> std::io::Result<BarrierSlot> {
+        let first = OwnedFd::from(std::fs::File::open("/dev/null")?);
+        let fd3 = if first.as_raw_fd() == BARRIER_FD {
+            first
+        } else {
+            // SAFETY: descriptor 3 belongs to no object of this process yet (see above).
+            unsafe { dup3_raw(&first, BARRIER_FD, OFlag::O_CLOEXEC) }?
+        };
+        let null = OwnedFd::from(std::fs::File::open("/dev/null")?);
+        Ok(BarrierSlot { fd3, null })
+    }
+}
+
 fn spawn(
     spec: &JobSpec,
     id: JobId,
     proc: u32,
+    slot: &mut BarrierSlot,
 ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
     ours.set_nonblocking(true)?;
     let ours = tokio::net::UnixStream::from_std(ours)?;
-    let theirs_fd = std::os::fd::AsRawFd::as_raw_fd(&theirs);
     let (prog, args) = spec
         .argv
         .split_first()
@@ -302,31 +355,16 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        .process_group(0)
         .kill_on_drop(true);
     if let Some(d) = &spec.cwd {
         cmd.current_dir(d);
     }
-    let parent = nix::unistd::getpid();
-    // SAFETY: only async-signal-safe system calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-            // dup2 leaves the new descriptor open across exec (the original is close-on-exec).
-            if nix::libc::dup2(theirs_fd, BARRIER_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The daemon may have died before the death signal was armed.
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other("daemon exited during spawn"));
-            }
-            Ok(())
-        });
-    }
-    let child = cmd.spawn()?;
-    // The child has its end now; ours must not keep it open.
-    drop(theirs);
-    Ok((child, ours))
+    // Only this thread spawns processes, so only this child inherits the socket.
+    dup3(&theirs, &mut slot.fd3, OFlag::empty())?;
+    let child = cmd.spawn();
+    dup3(&slot.null, &mut slot.fd3, OFlag::O_CLOEXEC)?;
+    Ok((child?, ours))
 }
 
 /// Sends every line of `r` to job-exec as output of process `proc`.

@@ -6,6 +6,7 @@
 mod jobctl;
 mod jobs;
 mod logging;
+mod reaper;
 mod session;
 
 use std::collections::HashMap;
@@ -33,7 +34,9 @@ use crate::uplink::Policy;
 use crate::wire::{Frame, FrameCodec, Hello, Peer};
 use jobctl::{Effect, JobCtl};
 
+pub use jobs::BarrierSlot;
 pub use logging::init as init_logging;
+pub use reaper::Reaper;
 
 /// How long a connect attempt may take; the hello exchange gets as long as a link may stay
 /// silent (`MISSED_HEARTBEATS` intervals), since a peer that accepts but never answers (a
@@ -90,7 +93,7 @@ struct Ctx {
 }
 
 /// Runs the daemon until the DVM stops or a signal ends it.
-pub async fn run(p: Prepared) -> std::io::Result<()> {
+pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Result<()> {
     let s = &p.settings;
     let own = SocketAddr::new(p.own.addr, s.port);
     let listener = listen(own).map_err(|e| {
@@ -170,12 +173,18 @@ pub async fn run(p: Prepared) -> std::io::Result<()> {
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
     let mut formed_at: Option<u64> = None;
     let (shell_tx, mut shell_rx) = mpsc::unbounded_channel();
-    let (mut jobctl, mut effects) = JobCtl::new(
+    let runner = jobs::Runner::new(
         p.identity.rank,
-        p.membership.hosts.clone(),
         s.job_prolog.clone(),
         s.job_epilog.clone(),
         shell_tx,
+        reaper,
+        slot,
+    );
+    let (mut jobctl, mut effects) = JobCtl::new(
+        p.identity.rank,
+        p.membership.hosts.clone(),
+        runner,
         (role == Role::Controller).then(|| session.dir().join("jobs.json")),
     );
     let mut pending = node.handle(Duration::ZERO, Input::Start);
