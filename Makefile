@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability
+.PHONY: demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability lab lab-bins lab-image lab-down
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -54,3 +54,28 @@ gc: build
 
 clean:
 	cargo clean
+
+## The lab: NODES nodes (default 32) in Docker containers, radix RADIX, IP version IP.
+NODES ?= 32
+RADIX ?= 64
+IP ?= 4
+STATIC := target/static/x86_64-unknown-linux-gnu/release
+LAB := ./target/release/lab
+
+lab: lab-image
+	$(LAB) up --nodes $(NODES) --radix $(RADIX) --ip $(IP)
+
+## Remove every container, network and image tag the lab made (and nothing else).
+lab-down:
+	cargo build --release -q -p dvmlab-lab
+	$(LAB) down
+
+## Statically linked runtime binaries for the FROM-scratch image (glibc, crt-static).
+lab-bins:
+	RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" cargo build --release -q -p dvmlab-runtime \
+	  --bins --target x86_64-unknown-linux-gnu --target-dir target/static
+
+lab-image: lab-bins
+	cargo build --release -q -p dvmlab-lab
+	@test -x /bin/busybox || { echo "the lab image needs a static busybox: apt-get install busybox-static"; exit 1; }
+	$(LAB) image --bin-dir $(STATIC) --busybox /bin/busybox

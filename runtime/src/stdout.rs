@@ -7,7 +7,17 @@ use std::io::Write;
 /// SIGPIPE, and `println!` would panic instead.
 pub fn line(args: std::fmt::Arguments) {
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
+    finish(out.write_fmt(args).and_then(|()| out.write_all(b"\n")));
+}
+
+/// Writes `data` to stdout as it is (output streamed from elsewhere), flushed; as [`line`].
+pub fn bytes(data: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    finish(out.write_all(data).and_then(|()| out.flush()));
+}
+
+fn finish(r: std::io::Result<()>) {
+    if let Err(e) = r {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }

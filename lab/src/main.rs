@@ -1,0 +1,359 @@
+//! `lab`: a cluster of the runtime in Docker containers, to look at, break and run jobs on.
+
+mod docker;
+mod image;
+mod partition;
+mod plan;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use docker::{DockerLab, Stream};
+use plan::{IpVersion, Plan, CONTROLLER};
+
+/// A cluster of the runtime in Docker containers: a controller `ctl` and nodes node01…,
+/// each running the identical `prted --bootstrap` with one prte.conf mounted read-only, on
+/// a dual-stack network of their own (10.210.0.0/16, fd00:210::/64).
+///
+///   lab image                 build the image (FROM scratch, static binaries)
+///   lab up --nodes 32         start the lab and wait for `DVM ready`
+///   lab status [--json]       the DVM as the controller sees it
+///   lab run -- hostname       a job on every node
+///   lab kill node07           break things: kill | freeze | thaw | restart NODE,
+///   lab partition A B         partition A B / heal, late-boot NODE
+///   lab logs node07           what a daemon wrote
+///   lab down                  remove every container, the network and the image
+///
+/// Exit status: 0 on success; 1 when the lab or Docker refuses; 2 for a usage error; a job's
+/// own status for `run`.
+#[derive(Parser, Debug)]
+#[command(name = "lab", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Build the lab image from static runtime binaries and a static busybox.
+    Image {
+        /// Directory with statically linked prted, pctl and prun (`make lab-bins`).
+        #[arg(long, default_value = "target/static/x86_64-unknown-linux-gnu/release")]
+        bin_dir: PathBuf,
+        /// A statically linked busybox (Debian: busybox-static).
+        #[arg(long, default_value = "/bin/busybox")]
+        busybox: PathBuf,
+    },
+    /// Start the lab and wait until the DVM is ready; print its status table.
+    Up {
+        /// Number of nodes.
+        #[arg(long, default_value_t = 32)]
+        nodes: usize,
+        /// DVMRadix of the routing tree.
+        #[arg(long, default_value_t = 64)]
+        radix: u32,
+        /// IP version the daemons use: 4 or 6 (the network is dual-stack either way).
+        #[arg(long, default_value = "4")]
+        ip: String,
+        /// Nodes to create but not start, for `late-boot` (comma separated).
+        #[arg(long, value_delimiter = ',')]
+        hold: Vec<String>,
+        /// Seconds to wait for the DVM.
+        #[arg(long, default_value_t = 60)]
+        timeout: u64,
+    },
+    /// Remove every container, the network and the image tag the lab made.
+    Down,
+    /// The DVM's status, from the controller (`pctl status`), and each container's state.
+    Status {
+        /// pctl's JSON status, as documented in runtime/README.md.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a job on the lab (`prun` on the controller): output and exit status are the job's.
+    Run {
+        /// prun's options and the command, after `--`.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
+    /// SIGKILL a node's daemon: its container stops, as a crashed node.
+    Kill { node: String },
+    /// Freeze every process of a node (no answer, no FIN).
+    Freeze { node: String },
+    /// Thaw a frozen node.
+    Thaw { node: String },
+    /// Stop a node (SIGTERM) and start it again; starts a killed one.
+    Restart { node: String },
+    /// Start a node held back by `up --hold`.
+    LateBoot { node: String },
+    /// Cut two sets of hosts (comma separated) from each other, both ways.
+    Partition { a: String, b: String },
+    /// Remove every partition.
+    Heal,
+    /// Print what a host's daemon wrote.
+    Logs {
+        host: String,
+        /// Keep printing as it writes.
+        #[arg(long, short)]
+        follow: bool,
+    },
+}
+
+/// An error and the exit status it calls for.
+struct Failure(u8, String);
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure(1, s)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lab: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(Failure(code, msg)) => {
+            eprintln!("lab: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+async fn connect() -> Result<DockerLab, Failure> {
+    DockerLab::connect().await.map_err(|e| {
+        Failure(
+            1,
+            format!("{e}\n(the lab needs a Docker engine; on netns hosts use `make demo`)"),
+        )
+    })
+}
+
+/// The plan of the lab that is up, or an error saying there is none.
+async fn current(lab: &DockerLab) -> Result<Plan, Failure> {
+    lab.plan()
+        .await?
+        .ok_or_else(|| Failure(1, "no lab is up (`lab up` or `make lab`)".into()))
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    match cli.command {
+        Cmd::Image { bin_dir, busybox } => {
+            let ctx = image::context(&image::Sources { bin_dir, busybox })?;
+            let lab = connect().await?;
+            let t = Instant::now();
+            lab.build_image(ctx).await?;
+            dvmlab_runtime::outln!(
+                "built {} in {:.1} s",
+                image::IMAGE,
+                t.elapsed().as_secs_f64()
+            );
+            Ok(0)
+        }
+        Cmd::Up {
+            nodes,
+            radix,
+            ip,
+            hold,
+            timeout,
+        } => {
+            let ip = IpVersion::parse(&ip).map_err(|e| Failure(2, e))?;
+            let plan = Plan::new(nodes, radix, ip).map_err(|e| Failure(2, e))?;
+            let lab = connect().await?;
+            if !lab.image_exists().await {
+                return Err(Failure(
+                    1,
+                    format!("no image {} (`make lab` builds it)", image::IMAGE),
+                ));
+            }
+            up(&lab, &plan, &hold, Duration::from_secs(timeout)).await
+        }
+        Cmd::Down => {
+            let lab = connect().await?;
+            let healed = partition::heal().unwrap_or(false);
+            let removed = lab.down().await?;
+            if healed {
+                dvmlab_runtime::outln!("removed partition rules");
+            }
+            if removed.is_empty() {
+                dvmlab_runtime::outln!("no lab was up");
+            }
+            for r in removed {
+                dvmlab_runtime::outln!("removed {r}");
+            }
+            Ok(0)
+        }
+        Cmd::Status { json } => {
+            let lab = connect().await?;
+            let plan = current(&lab).await?;
+            let mut argv = vec!["pctl".to_string(), "status".to_string()];
+            if json {
+                argv.push("--json".into());
+            }
+            let o = lab.exec(CONTROLLER, &argv).await?;
+            dvmlab_runtime::stdout::bytes(o.stdout.as_bytes());
+            eprint!("{}", o.stderr);
+            if !json {
+                let mut down = Vec::new();
+                for h in plan.hosts() {
+                    if !lab.running(&h.name).await? {
+                        down.push(h.name);
+                    }
+                }
+                if !down.is_empty() {
+                    dvmlab_runtime::outln!("containers not running: {}", down.join(", "));
+                }
+            }
+            Ok(if o.code == 0 { 0 } else { 1 })
+        }
+        Cmd::Run { argv } => {
+            let lab = connect().await?;
+            current(&lab).await?;
+            let mut full = vec!["prun".to_string()];
+            full.extend(argv);
+            let code = lab
+                .exec_with(CONTROLLER, &full, |s, bytes| {
+                    use std::io::Write;
+                    match s {
+                        Stream::Out => dvmlab_runtime::stdout::bytes(bytes),
+                        Stream::Err => {
+                            let _ = std::io::stderr().write_all(bytes);
+                        }
+                    }
+                })
+                .await?;
+            Ok(u8::try_from(code).unwrap_or(1))
+        }
+        Cmd::Kill { node } => act(&node, "killed", |l, n| Box::pin(l.kill(n))).await,
+        Cmd::Freeze { node } => act(&node, "frozen", |l, n| Box::pin(l.freeze(n))).await,
+        Cmd::Thaw { node } => act(&node, "thawed", |l, n| Box::pin(l.thaw(n))).await,
+        Cmd::Restart { node } => {
+            let lab = connect().await?;
+            current(&lab).await?.host(&node)?;
+            if lab.running(&node).await? {
+                lab.restart(&node).await?;
+            } else {
+                lab.start(&node).await?;
+            }
+            dvmlab_runtime::outln!("{node}: restarted");
+            Ok(0)
+        }
+        Cmd::LateBoot { node } => {
+            let lab = connect().await?;
+            current(&lab).await?.host(&node)?;
+            if lab.running(&node).await? {
+                return Err(Failure(1, format!("{node} is already running")));
+            }
+            lab.start(&node).await?;
+            dvmlab_runtime::outln!("{node}: booted");
+            Ok(0)
+        }
+        Cmd::Partition { a, b } => {
+            let lab = connect().await?;
+            let plan = current(&lab).await?;
+            let side = |s: &str| -> Result<Vec<plan::Host>, Failure> {
+                s.split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(|n| plan.host(n).map_err(|e| Failure(2, e)))
+                    .collect()
+            };
+            let (sa, sb) = (side(&a)?, side(&b)?);
+            if sa.is_empty() || sb.is_empty() {
+                return Err(Failure(2, "partition A B: both sides need a host".into()));
+            }
+            partition::partition(&sa, &sb)?;
+            dvmlab_runtime::outln!("partitioned {a} from {b}");
+            Ok(0)
+        }
+        Cmd::Heal => {
+            if partition::heal()? {
+                dvmlab_runtime::outln!("healed");
+            } else {
+                dvmlab_runtime::outln!("no partition");
+            }
+            Ok(0)
+        }
+        Cmd::Logs { host, follow } => {
+            let lab = connect().await?;
+            current(&lab).await?.host(&host)?;
+            lab.logs(&host, follow).await?;
+            Ok(0)
+        }
+    }
+}
+
+type Act<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// One fault on one node of the lab that is up.
+async fn act(
+    node: &str,
+    done: &str,
+    f: impl for<'a> FnOnce(&'a DockerLab, &'a str) -> Act<'a>,
+) -> Result<u8, Failure> {
+    let lab = connect().await?;
+    current(&lab).await?.host(node)?;
+    f(&lab, node).await?;
+    dvmlab_runtime::outln!("{node}: {done}");
+    Ok(0)
+}
+
+async fn up(
+    lab: &DockerLab,
+    plan: &Plan,
+    hold: &[String],
+    timeout: Duration,
+) -> Result<u8, Failure> {
+    let t = Instant::now();
+    let hosts = plan.hosts().len() - hold.len();
+    let bar = ProgressBar::new(hosts as u64 * 2);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:40} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("starting containers");
+    lab.create(plan, hold, |h| {
+        bar.inc(1);
+        bar.set_message(format!("started {h}"));
+    })
+    .await?;
+    bar.set_message("waiting for DVM ready");
+    let expect = hosts;
+    let status = lab
+        .wait_ready(expect, timeout, |joined| {
+            bar.set_position((hosts + joined) as u64);
+        })
+        .await;
+    bar.finish_and_clear();
+    let status = status?;
+    dvmlab_runtime::outln!(
+        "lab up: {} of {} daemons joined in {:.1} s (formed: {}){}",
+        status["joined"],
+        plan.hosts().len(),
+        t.elapsed().as_secs_f64(),
+        status["formed"],
+        if hold.is_empty() {
+            String::new()
+        } else {
+            format!("; held for late-boot: {}", hold.join(", "))
+        }
+    );
+    let table = lab
+        .exec(CONTROLLER, &["pctl".to_string(), "status".to_string()])
+        .await?;
+    dvmlab_runtime::stdout::bytes(table.stdout.as_bytes());
+    Ok(0)
+}
