@@ -1,6 +1,7 @@
 //! `lab`: a cluster of the runtime in Docker containers, to look at, break and run jobs on.
 
 mod docker;
+mod export;
 mod image;
 mod partition;
 mod plan;
@@ -94,6 +95,26 @@ enum Cmd {
     Partition { a: String, b: String },
     /// Remove every partition.
     Heal,
+    /// Write the same cluster for Kubernetes (a StatefulSet per role behind a headless
+    /// Service, prte.conf in a ConfigMap) or compose (with its prte.conf), into --out.
+    Export {
+        #[arg(long, required_unless_present = "compose", conflicts_with = "compose")]
+        k8s: bool,
+        #[arg(long)]
+        compose: bool,
+        #[arg(long, default_value_t = 32)]
+        nodes: usize,
+        #[arg(long, default_value_t = 64)]
+        radix: u32,
+        #[arg(long, default_value = "4")]
+        ip: String,
+        /// Kubernetes namespace the pods' DNS search list names.
+        #[arg(long, default_value = "default")]
+        namespace: String,
+        /// Directory to write into.
+        #[arg(long, short, default_value = "target/lab-export")]
+        out: PathBuf,
+    },
     /// Print what a host's daemon wrote.
     Logs {
         host: String,
@@ -284,6 +305,33 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 dvmlab_runtime::outln!("healed");
             } else {
                 dvmlab_runtime::outln!("no partition");
+            }
+            Ok(0)
+        }
+        Cmd::Export {
+            k8s,
+            compose: _,
+            nodes,
+            radix,
+            ip,
+            namespace,
+            out,
+        } => {
+            let ip = IpVersion::parse(&ip).map_err(|e| Failure(2, e))?;
+            let plan = Plan::new(nodes, radix, ip).map_err(|e| Failure(2, e))?;
+            let files = if k8s {
+                vec![("dvmlab-lab.k8s.yaml", export::k8s(&plan, &namespace)?)]
+            } else {
+                vec![
+                    ("compose.yaml", export::compose(&plan)?),
+                    ("prte.conf", plan.prte_conf()),
+                ]
+            };
+            std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+            for (name, text) in files {
+                let path = out.join(name);
+                std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                dvmlab_runtime::outln!("wrote {}", path.display());
             }
             Ok(0)
         }

@@ -1,0 +1,263 @@
+//! The same cluster for other orchestrators: a Kubernetes StatefulSet behind a headless
+//! Service with prte.conf in a ConfigMap, and a compose file. Both run the lab image and the
+//! identical `prted --bootstrap` on every host.
+//!
+//! Kubernetes names StatefulSet pods `<set>-<ordinal>`, so there the nodes are `node-0` …
+//! `node-<N-1>` (DVMNodes lists them in two fixed-width ranges) and the controller is
+//! `ctl-0`; they find each other through the Service's DNS records (its domain is added to
+//! the pods' search list), so prte.conf names no network there.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, PodDNSConfig, PodSpec,
+    PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde_json::json;
+
+use crate::image::IMAGE;
+use crate::plan::{Plan, CONTROLLER, DVM_PORT, PREFIX, SUBNET_V4, SUBNET_V6};
+
+/// The headless Service that gives every pod a DNS name.
+const SERVICE: &str = "dvm";
+const NODE_SET: &str = "node";
+
+/// DVMNodes for `node-0` … `node-<n-1>`: one fixed-width range per number of digits.
+fn k8s_nodes(n: usize) -> String {
+    let mut parts = Vec::new();
+    let mut lo = 0;
+    let mut width = 1;
+    while lo < n {
+        let hi = (10usize.pow(width) - 1).min(n - 1);
+        parts.push(format!("{NODE_SET}-[{width}:{lo}-{hi}]"));
+        lo = hi + 1;
+        width += 1;
+    }
+    parts.join(",")
+}
+
+/// prte.conf for the Kubernetes form of the plan.
+pub fn k8s_conf(plan: &Plan) -> String {
+    format!(
+        "# The dvmlab lab on Kubernetes: {n} nodes, radix {r}, IPv{ip}. Written by `lab export --k8s`.\n\
+         ClusterName = lab\n\
+         DVMNodes = {nodes}\n\
+         DVMControllerHost = {CONTROLLER}-0\n\
+         DVMRadix = {r}\n\
+         DVMPort = {DVM_PORT}\n\
+         DVMIPVersion = {ip}\n",
+        n = plan.nodes,
+        r = plan.radix,
+        ip = plan.ip.number(),
+        nodes = k8s_nodes(plan.nodes),
+    )
+}
+
+fn labels(role: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app".to_string(), PREFIX.to_string()),
+        ("dvmlab/role".to_string(), role.to_string()),
+    ])
+}
+
+fn stateful_set(name: &str, replicas: i32, namespace: &str) -> StatefulSet {
+    let pod = PodSpec {
+        subdomain: Some(SERVICE.into()),
+        dns_config: Some(PodDNSConfig {
+            searches: Some(vec![format!("{SERVICE}.{namespace}.svc.cluster.local")]),
+            ..Default::default()
+        }),
+        containers: vec![Container {
+            name: "prted".into(),
+            image: Some(IMAGE.into()),
+            image_pull_policy: Some("Never".into()),
+            ports: Some(vec![ContainerPort {
+                container_port: i32::from(DVM_PORT),
+                name: Some("dvm".into()),
+                ..Default::default()
+            }]),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "prte-conf".into(),
+                mount_path: "/etc/prte.conf".into(),
+                sub_path: Some("prte.conf".into()),
+                read_only: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }],
+        volumes: Some(vec![Volume {
+            name: "prte-conf".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: format!("{PREFIX}-conf"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        termination_grace_period_seconds: Some(5),
+        ..Default::default()
+    };
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels(name)),
+            ..Default::default()
+        },
+        spec: StatefulSetSpec {
+            service_name: Some(SERVICE.into()),
+            replicas: Some(replicas),
+            // Every daemon boots at once, as the bootstrap method intends.
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(labels(name)),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(name)),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The Kubernetes manifests: ConfigMap, headless Service, and the controller's and the
+/// nodes' StatefulSets, as one multi-document YAML.
+pub fn k8s(plan: &Plan, namespace: &str) -> Result<String, String> {
+    let conf = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(format!("{PREFIX}-conf")),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("prte.conf".to_string(), k8s_conf(plan))])),
+        ..Default::default()
+    };
+    let service = Service {
+        metadata: ObjectMeta {
+            name: Some(SERVICE.into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            // Daemons must find each other before any is "ready".
+            publish_not_ready_addresses: Some(true),
+            selector: Some(BTreeMap::from([("app".to_string(), PREFIX.to_string())])),
+            ports: Some(vec![ServicePort {
+                name: Some("dvm".into()),
+                port: i32::from(DVM_PORT),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let replicas = i32::try_from(plan.nodes).map_err(|e| e.to_string())?;
+    let docs = [
+        yaml(&conf)?,
+        yaml(&service)?,
+        yaml(&stateful_set(CONTROLLER, 1, namespace))?,
+        yaml(&stateful_set(NODE_SET, replicas, namespace))?,
+    ];
+    Ok(docs.join("---\n"))
+}
+
+fn yaml<T: serde::Serialize + k8s_openapi::Resource>(r: &T) -> Result<String, String> {
+    // The typed structs omit apiVersion and kind; their serializers add them.
+    serde_norway::to_string(r).map_err(|e| format!("{}: {e}", T::KIND))
+}
+
+/// The compose file: the lab exactly as `lab up` makes it (names, addresses, hosts
+/// entries, init, the prte.conf next to the file).
+pub fn compose(plan: &Plan) -> Result<String, String> {
+    let mut services = serde_json::Map::new();
+    for h in plan.hosts() {
+        services.insert(
+            h.name.clone(),
+            json!({
+                "image": IMAGE,
+                "hostname": h.name,
+                "init": true,
+                "stop_grace_period": "5s",
+                "environment": {"DVMLAB_LOG": "info"},
+                "volumes": ["./prte.conf:/etc/prte.conf:ro"],
+                "extra_hosts": plan.extra_hosts(),
+                "dns_opt": ["timeout:1", "attempts:1"],
+                "networks": {
+                    "dvm": {"ipv4_address": h.v4.to_string(), "ipv6_address": h.v6.to_string()}
+                },
+            }),
+        );
+    }
+    let doc = json!({
+        "services": services,
+        "networks": {
+            "dvm": {
+                "name": PREFIX,
+                "enable_ipv6": true,
+                "ipam": {"config": [{"subnet": SUBNET_V4}, {"subnet": SUBNET_V6}]},
+            }
+        },
+    });
+    serde_norway::to_string(&doc).map_err(|e| format!("compose file: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::IpVersion;
+
+    #[test]
+    fn k8s_node_names_are_covered_by_dvmnodes_ranges() {
+        assert_eq!(k8s_nodes(1), "node-[1:0-0]");
+        assert_eq!(k8s_nodes(32), "node-[1:0-9],node-[2:10-31]");
+        assert_eq!(k8s_nodes(100), "node-[1:0-9],node-[2:10-99]");
+        assert_eq!(
+            k8s_nodes(101),
+            "node-[1:0-9],node-[2:10-99],node-[3:100-100]"
+        );
+    }
+
+    /// The manifests parse back into the Kubernetes API types, with every field we rely on.
+    #[test]
+    fn k8s_manifests_are_valid_kubernetes_api_objects() {
+        let plan = Plan::new(32, 2, IpVersion::V6).unwrap();
+        let text = k8s(&plan, "lab").unwrap();
+        let docs: Vec<&str> = text.split("---\n").collect();
+        assert_eq!(docs.len(), 4);
+        let cm: ConfigMap = serde_norway::from_str(docs[0]).unwrap();
+        let conf = &cm.data.unwrap()["prte.conf"];
+        assert!(
+            conf.contains("DVMNodes = node-[1:0-9],node-[2:10-31]"),
+            "{conf}"
+        );
+        assert!(conf.contains("DVMControllerHost = ctl-0"));
+        assert!(conf.contains("DVMIPVersion = 6"));
+        let svc: Service = serde_norway::from_str(docs[1]).unwrap();
+        let spec = svc.spec.unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "headless");
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        for (doc, name, replicas) in [(docs[2], "ctl", 1), (docs[3], "node", 32)] {
+            assert!(doc.contains("apiVersion: apps/v1") && doc.contains("kind: StatefulSet"));
+            let set: StatefulSet = serde_norway::from_str(doc).unwrap();
+            assert_eq!(set.metadata.name.as_deref(), Some(name));
+            let spec = set.spec;
+            assert_eq!(spec.replicas, Some(replicas));
+            assert_eq!(spec.service_name.as_deref(), Some(SERVICE));
+            assert_eq!(
+                spec.selector.match_labels,
+                spec.template.metadata.unwrap().labels,
+                "the selector selects the pods"
+            );
+            let pod = spec.template.spec.unwrap();
+            assert_eq!(pod.containers[0].image.as_deref(), Some(IMAGE));
+            let mount = &pod.containers[0].volume_mounts.as_ref().unwrap()[0];
+            assert_eq!(mount.mount_path, "/etc/prte.conf");
+            assert_eq!(mount.read_only, Some(true));
+        }
+    }
+}
