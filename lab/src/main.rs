@@ -51,15 +51,8 @@ enum Cmd {
     },
     /// Start the lab and wait until the DVM is ready; print its status table.
     Up {
-        /// Number of nodes.
-        #[arg(long, default_value_t = 32)]
-        nodes: usize,
-        /// DVMRadix of the routing tree.
-        #[arg(long, default_value_t = 64)]
-        radix: u32,
-        /// IP version the daemons use: 4 or 6 (the network is dual-stack either way).
-        #[arg(long, default_value = "4")]
-        ip: String,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// Nodes to create but not start, for `late-boot` (comma separated).
         #[arg(long, value_delimiter = ',')]
         hold: Vec<String>,
@@ -102,12 +95,8 @@ enum Cmd {
         k8s: bool,
         #[arg(long)]
         compose: bool,
-        #[arg(long, default_value_t = 32)]
-        nodes: usize,
-        #[arg(long, default_value_t = 64)]
-        radix: u32,
-        #[arg(long, default_value = "4")]
-        ip: String,
+        #[command(flatten)]
+        plan: PlanArgs,
         /// Kubernetes namespace the pods' DNS search list names.
         #[arg(long, default_value = "default")]
         namespace: String,
@@ -122,6 +111,27 @@ enum Cmd {
         #[arg(long, short)]
         follow: bool,
     },
+}
+
+/// The size and shape of a lab.
+#[derive(clap::Args, Debug)]
+struct PlanArgs {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 32)]
+    nodes: usize,
+    /// DVMRadix of the routing tree.
+    #[arg(long, default_value_t = 64)]
+    radix: u32,
+    /// IP version the daemons use: 4 or 6 (the network is dual-stack either way).
+    #[arg(long, default_value = "4")]
+    ip: String,
+}
+
+impl PlanArgs {
+    fn plan(&self) -> Result<Plan, Failure> {
+        let ip = IpVersion::parse(&self.ip).map_err(|e| Failure(2, e))?;
+        Plan::new(self.nodes, self.radix, ip).map_err(|e| Failure(2, e))
+    }
 }
 
 /// An error and the exit status it calls for.
@@ -186,14 +196,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Cmd::Up {
-            nodes,
-            radix,
-            ip,
+            plan,
             hold,
             timeout,
         } => {
-            let ip = IpVersion::parse(&ip).map_err(|e| Failure(2, e))?;
-            let plan = Plan::new(nodes, radix, ip).map_err(|e| Failure(2, e))?;
+            let plan = plan.plan()?;
             let lab = connect().await?;
             if !lab.image_exists().await {
                 return Err(Failure(
@@ -311,14 +318,11 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
         Cmd::Export {
             k8s,
             compose: _,
-            nodes,
-            radix,
-            ip,
+            plan,
             namespace,
             out,
         } => {
-            let ip = IpVersion::parse(&ip).map_err(|e| Failure(2, e))?;
-            let plan = Plan::new(nodes, radix, ip).map_err(|e| Failure(2, e))?;
+            let plan = plan.plan()?;
             let files = if k8s {
                 vec![("dvmlab-lab.k8s.yaml", export::k8s(&plan, &namespace)?)]
             } else {
