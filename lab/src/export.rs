@@ -40,18 +40,11 @@ fn k8s_nodes(n: usize) -> String {
 
 /// prte.conf for the Kubernetes form of the plan.
 pub fn k8s_conf(plan: &Plan) -> String {
-    format!(
-        "# The dvmlab lab on Kubernetes: {n} nodes, radix {r}, IPv{ip}. Written by `lab export --k8s`.\n\
-         ClusterName = lab\n\
-         DVMNodes = {nodes}\n\
-         DVMControllerHost = {CONTROLLER}-0\n\
-         DVMRadix = {r}\n\
-         DVMPort = {DVM_PORT}\n\
-         DVMIPVersion = {ip}\n",
-        n = plan.nodes,
-        r = plan.radix,
-        ip = plan.ip.number(),
-        nodes = k8s_nodes(plan.nodes),
+    plan.conf_text(
+        "lab export --k8s",
+        &k8s_nodes(plan.nodes),
+        &format!("{CONTROLLER}-0"),
+        None,
     )
 }
 

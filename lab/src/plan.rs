@@ -116,20 +116,39 @@ impl Plan {
             IpVersion::V4 => SUBNET_V4,
             IpVersion::V6 => SUBNET_V6,
         };
-        format!(
-            "# The dvmlab lab: {n} nodes, radix {r}, IPv{ip}. Written by `lab up`.\n\
+        self.conf_text(
+            "lab up",
+            &format!("node[{}:1-{}]", self.width(), self.nodes),
+            CONTROLLER,
+            Some(subnet),
+        )
+    }
+
+    /// A `prte.conf` of this plan for hosts named otherwise (another orchestrator's names),
+    /// written by `by`; `networks` restricts the daemons to that subnet.
+    pub fn conf_text(
+        &self,
+        by: &str,
+        nodes: &str,
+        controller: &str,
+        networks: Option<&str>,
+    ) -> String {
+        let mut text = format!(
+            "# The dvmlab lab: {n} nodes, radix {r}, IPv{ip}. Written by `{by}`.\n\
              ClusterName = lab\n\
-             DVMNodes = node[{w}:1-{n}]\n\
-             DVMControllerHost = {CONTROLLER}\n\
+             DVMNodes = {nodes}\n\
+             DVMControllerHost = {controller}\n\
              DVMRadix = {r}\n\
              DVMPort = {DVM_PORT}\n\
-             DVMIPVersion = {ip}\n\
-             DVMNetworks = {subnet}\n",
+             DVMIPVersion = {ip}\n",
             n = self.nodes,
             r = self.radix,
             ip = self.ip.number(),
-            w = self.width(),
-        )
+        );
+        if let Some(net) = networks {
+            text.push_str(&format!("DVMNetworks = {net}\n"));
+        }
+        text
     }
 
     /// `name:address` entries for every host, in the family the daemons use, so no lookup

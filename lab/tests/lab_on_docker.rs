@@ -109,8 +109,9 @@ fn the_lab_forms_in_containers_runs_jobs_shows_a_killed_node_and_leaves_nothing_
 
     ok(&["kill", "node07"]);
     wait_until(Duration::from_secs(20), Duration::from_millis(200), || {
-        let s: serde_json::Value =
-            serde_json::from_str(&ok(&["status", "--json"])).map_err(|e| e.to_string())?;
+        let o = lab(&["status", "--json"]);
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .map_err(|e| format!("status: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
         let node07 = s["members"]
             .as_array()
             .and_then(|m| m.iter().find(|m| m["host"] == "node07"))

@@ -40,16 +40,19 @@ pub struct JobCtl {
 /// Writes the controller's list of live jobs to its file, off the daemon's thread: replacing
 /// a file by rename costs about a millisecond on ext4 (it flushes the new data first), which
 /// every job would otherwise wait for several times. Only the latest list is written when
-/// several are queued. A controller killed within that millisecond of a submit loses the
-/// job; its daemons then end it as unknown, as they do for any job the controller forgot.
+/// several are queued; dropping the value writes what is queued before it returns, so a
+/// controller that stops leaves its last list behind. A controller killed within that
+/// millisecond of a submit loses the job; its daemons then end it as unknown, as they do for
+/// any job the controller forgot.
 struct JobsFile {
-    latest: std::sync::mpsc::Sender<Vec<Persisted>>,
+    latest: Option<std::sync::mpsc::Sender<Vec<Persisted>>>,
+    writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl JobsFile {
     fn start(path: PathBuf) -> JobsFile {
         let (latest, rx) = std::sync::mpsc::channel::<Vec<Persisted>>();
-        std::thread::spawn(move || {
+        let writer = std::thread::spawn(move || {
             while let Ok(mut live) = rx.recv() {
                 while let Ok(newer) = rx.try_recv() {
                     live = newer;
@@ -64,7 +67,27 @@ impl JobsFile {
                 }
             }
         });
-        JobsFile { latest }
+        JobsFile {
+            latest: Some(latest),
+            writer: Some(writer),
+        }
+    }
+
+    fn write(&self, live: Vec<Persisted>) {
+        if let Some(tx) = &self.latest {
+            // Fails only once the writer is gone, which happens only in drop.
+            let _ = tx.send(live);
+        }
+    }
+}
+
+impl Drop for JobsFile {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after its last write.
+        self.latest = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -227,8 +250,7 @@ impl JobCtl {
 
     fn persist(&self, live: Vec<Persisted>) {
         if let Some(f) = &self.jobs_file {
-            // The writer lives as long as this value.
-            let _ = f.latest.send(live);
+            f.write(live);
         }
     }
 }

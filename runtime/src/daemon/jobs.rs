@@ -253,8 +253,9 @@ fn box_reader<R: tokio::io::AsyncRead + Unpin + Send + 'static>(r: R) -> Reader 
     Box::new(r)
 }
 
-/// The job's processes were reaped: their group numbers may be reused, so the reaper must
-/// no longer kill them.
+/// The job's processes were reaped: once their groups empty, the numbers may be reused, so
+/// the reaper must no longer kill them. (What a process left running in its group after it
+/// exited is therefore no longer covered.)
 fn forget_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, reaper: &Mutex<Reaper>, id: JobId) {
     let gone = groups.lock().ok().and_then(|mut g| g.remove(&id));
     if let Ok(mut r) = reaper.lock() {
