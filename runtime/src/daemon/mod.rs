@@ -415,6 +415,7 @@ fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) -> 
             }
         }
         let _ = sink.close().await;
+        until_acknowledged(sink.get_ref()).await;
     });
     let reading = CancellationToken::new();
     let handle = LinkHandle {
@@ -427,6 +428,26 @@ fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) -> 
         writer,
     });
     reading
+}
+
+/// Waits (at most 2 s) until the peer acknowledged everything sent on `w`. A process that
+/// exits with unread data in a socket makes the kernel answer with a reset, which discards
+/// what is still unacknowledged: on a lossy link, the last frame of an exiting daemon (its
+/// stop confirmation) would be lost.
+async fn until_acknowledged(w: &tokio::net::tcp::OwnedWriteHalf) {
+    use std::os::fd::AsRawFd;
+    let fd = w.as_ref().as_raw_fd();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let mut unacked: nix::libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int through the pointer; `fd` is open while `w` lives.
+        let r = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCOUTQ, &mut unacked) };
+        // The kernel has no event for "all acknowledged": poll it.
+        if r != 0 || unacked == 0 || tokio::time::Instant::now() >= give_up {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
