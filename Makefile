@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability lab lab-bins lab-image lab-down
+.PHONY: demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability lab lab-bins lab-image lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -64,6 +64,10 @@ LAB := ./target/release/lab
 
 lab: lab-image
 	$(LAB) up --nodes $(NODES) --radix $(RADIX) --ip $(IP)
+
+## The conformance suite with every host a Docker container (the harness's docker backend).
+lab-test:
+	DVMLAB_BACKEND=docker DVMLAB_RESULTS=$(CURDIR)/target/conformance-docker cargo test -p conformance --test conformance
 
 ## Remove every container, network and image tag the lab made (and nothing else).
 lab-down:

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `DVMLAB_IP` | `4`, `6`, or a list `4,6` | `4` |
 //! | `DVMLAB_RADIX` | a radix ≥ 2, or a list `2,3,64` | `3` |
-//! | `DVMLAB_BACKEND` | `netns`, `process` | netns when root, else process |
+//! | `DVMLAB_BACKEND` | `netns`, `process`, `docker` | netns when root, else process |
 //! | `DVMLAB_NODES` | DVMNodes entries in the general formation tests, 1–500 | `8` |
 //! | `DVMLAB_SEED` | seed of the randomized fault schedules | drawn from the clock |
 //!
@@ -34,6 +34,7 @@ impl Cell {
             match self.backend {
                 BackendKind::Netns => "netns",
                 BackendKind::Process => "process",
+                BackendKind::Docker => "docker",
             },
             self.nodes
         )

@@ -147,6 +147,39 @@ pub struct Profile {
     pub features: Features,
 }
 
+impl Profile {
+    /// The directories of every absolute path the profile's commands name (of the path
+    /// itself when it is a directory): what a host must see for the commands to run.
+    pub fn named_directories(&self) -> Vec<PathBuf> {
+        let mut commands: Vec<&Vec<String>> = vec![
+            &self.daemon.command,
+            &self.status.command,
+            &self.stop.command,
+        ];
+        commands.extend(self.identity.as_ref().map(|c| &c.command));
+        if let Some(j) = &self.jobs {
+            commands.extend([&j.submit, &j.list, &j.kill]);
+        }
+        let mut dirs: Vec<PathBuf> = commands
+            .into_iter()
+            .flatten()
+            .map(Path::new)
+            .filter(|p| p.is_absolute())
+            .filter_map(|p| {
+                let p = p.canonicalize().ok()?;
+                if p.is_dir() {
+                    Some(p)
+                } else {
+                    p.parent().map(Path::to_path_buf)
+                }
+            })
+            .collect();
+        dirs.sort();
+        dirs.dedup();
+        dirs
+    }
+}
+
 /// The directory holding the suite's own build (`target/debug` for a dev build), and the
 /// cargo profile that made it: a profile for a Rust implementation in the same workspace
 /// finds its binaries there.

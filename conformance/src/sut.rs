@@ -67,14 +67,36 @@ impl Ctx {
         }
     }
 
-    /// Not run unless the cell's backend is netns (some faults and kernel knobs need it).
+    /// Not run unless the cell's backend is netns (impaired links and per-host kernel knobs
+    /// need it).
     pub fn need_netns(&self, what: &str) -> Verdict {
         if self.cell.backend == BackendKind::Netns {
             Ok(())
         } else {
             Err(Problem::NotRun(format!(
-                "{what} needs the netns backend (this run uses process hosts)"
+                "{what} needs the netns backend (this run uses {} hosts)",
+                self.backend_name()
             )))
+        }
+    }
+
+    /// Not run unless hosts have networks of their own (netns or docker backend): host
+    /// names, address families, partitions, a switch that counts connections.
+    pub fn need_own_networks(&self, what: &str) -> Verdict {
+        if self.cell.backend != BackendKind::Process {
+            Ok(())
+        } else {
+            Err(Problem::NotRun(format!(
+                "{what} needs the netns or docker backend (this run uses process hosts)"
+            )))
+        }
+    }
+
+    fn backend_name(&self) -> &'static str {
+        match self.cell.backend {
+            BackendKind::Netns => "netns",
+            BackendKind::Process => "process",
+            BackendKind::Docker => "docker",
         }
     }
 
@@ -145,6 +167,9 @@ impl<'a> Dvm<'a> {
             };
             spec.identity_env = pb.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
+        // Docker hosts see this machine's directories only where mounted: those of every
+        // program and script the profile names.
+        spec.mounts = p.named_directories();
         tweak(&mut spec);
         if spec.ip == IpMode::V6 && !p.features.ipv6 {
             return Err(Problem::Unsupported(format!(
@@ -153,7 +178,9 @@ impl<'a> Dvm<'a> {
             )));
         }
         if spec.backend == BackendKind::Process && spec.ip != IpMode::V4 {
-            return Err(Problem::NotRun("IPv6 hosts need the netns backend".into()));
+            return Err(Problem::NotRun(
+                "IPv6 hosts need the netns or docker backend".into(),
+            ));
         }
         let mut cluster = Cluster::new(spec).or_unresolved(&format!("building cluster {label}"))?;
         cluster.keep_run_dir();
@@ -386,7 +413,7 @@ impl<'a> Dvm<'a> {
     pub fn listens_on(&self, host: &str, port: u16) -> Result<bool, Problem> {
         let socks = self.tcp_sockets(host)?;
         let own = match self.ctx.cell.backend {
-            BackendKind::Netns => None,
+            BackendKind::Netns | BackendKind::Docker => None,
             BackendKind::Process => self
                 .cluster
                 .host(host)

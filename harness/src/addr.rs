@@ -3,6 +3,8 @@
 //! netns clusters live in their own bridge namespace, so every cluster can use the same
 //! dedicated subnets (10.200.0.0/16, fd00:200::/64) without clashing. Process clusters share
 //! the machine's loopback, so each takes a block `127.B.0.0/16` reserved by a lock file.
+//! Docker clusters' networks share the engine's address space, so each takes one of
+//! [`DOCKER_BLOCKS`] blocks of subnets the same way.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -51,8 +53,38 @@ pub fn loopback(block: u8, i: usize) -> IpAddr {
     ))
 }
 
-fn lock_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("{}-loopback", crate::PREFIX))
+/// A kind of address block clusters reserve, each with its own lock directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    /// `127.B.0.0/16` for process clusters, B in 10..=250.
+    Loopback,
+    /// Docker networks of a docker cluster (see [`docker_v4`]), B in 0..=15.
+    Docker,
+}
+
+impl BlockKind {
+    fn dir(self) -> PathBuf {
+        let what = match self {
+            BlockKind::Loopback => "loopback",
+            BlockKind::Docker => "docker",
+        };
+        std::env::temp_dir().join(format!("{}-{what}", crate::PREFIX))
+    }
+
+    fn range(self) -> std::ops::RangeInclusive<u8> {
+        match self {
+            BlockKind::Loopback => 10..=250,
+            BlockKind::Docker => 0..=DOCKER_BLOCKS - 1,
+        }
+    }
+
+    /// Every kind, for `gc`.
+    pub const ALL: [BlockKind; 2] = [BlockKind::Loopback, BlockKind::Docker];
+
+    /// The lock directory, for `gc`.
+    pub fn lock_dir(self) -> PathBuf {
+        self.dir()
+    }
 }
 
 /// Takes an exclusive `flock` on `path` without waiting, and checks that `path` still names
@@ -76,38 +108,45 @@ pub(crate) fn try_lock(path: &Path) -> io::Result<Option<Flock<File>>> {
     }
 }
 
-/// A reserved loopback block, released on drop (and by the kernel if this process dies).
+/// A reserved address block, released on drop (and by the kernel if this process dies).
 #[derive(Debug)]
-pub struct LoopbackBlock {
+pub struct Block {
     pub block: u8,
     path: PathBuf,
     lock: Option<Flock<File>>,
 }
 
-impl LoopbackBlock {
-    /// Reserves a free block among 127.10.0.0/16 … 127.250.0.0/16.
-    pub fn reserve() -> io::Result<LoopbackBlock> {
-        let dir = lock_dir();
+impl Block {
+    /// Reserves a free block of `kind`.
+    pub fn reserve(kind: BlockKind) -> io::Result<Block> {
+        Block::reserve_except(kind, &|_| false)
+    }
+
+    /// Reserves a free block of `kind` for which `taken` is false (it may know of users that
+    /// hold no lock).
+    pub fn reserve_except(kind: BlockKind, taken: &dyn Fn(u8) -> bool) -> io::Result<Block> {
+        let dir = kind.dir();
         fs::create_dir_all(&dir)?;
-        for block in 10u8..=250 {
+        for block in kind.range().filter(|b| !taken(*b)) {
             let path = dir.join(format!("{block}.lock"));
             if let Some(mut lock) = try_lock(&path)? {
                 lock.set_len(0)?;
                 writeln!(lock, "{}", std::process::id())?;
-                return Ok(LoopbackBlock {
+                return Ok(Block {
                     block,
                     path,
                     lock: Some(lock),
                 });
             }
         }
-        Err(io::Error::other(
-            "no free loopback block (127.10-250.x.x all reserved)",
-        ))
+        Err(io::Error::other(format!(
+            "no free {kind:?} address block ({:?} all reserved)",
+            kind.range()
+        )))
     }
 }
 
-impl Drop for LoopbackBlock {
+impl Drop for Block {
     fn drop(&mut self) {
         // Unlink while still holding the lock; see `try_lock`.
         let _ = fs::remove_file(&self.path);
@@ -115,7 +154,42 @@ impl Drop for LoopbackBlock {
     }
 }
 
-/// The lock directory, for `gc`.
-pub fn loopback_lock_dir() -> PathBuf {
-    lock_dir()
+/// How many docker clusters may exist at once on one machine.
+pub const DOCKER_BLOCKS: u8 = 16;
+
+/// Host `i`'s IPv4 address in docker block `b`: 10.(220+b).0.0/16.
+pub fn docker_v4(b: u8, i: usize) -> Ipv4Addr {
+    let [_, _, c, d] = netns_v4(i).octets();
+    Ipv4Addr::new(10, 220 + b, c, d)
+}
+
+/// Host `i`'s IPv4 address on the second network of docker block `b`: 10.(236+b).0.0/16.
+pub fn docker_second_v4(b: u8, i: usize) -> Ipv4Addr {
+    let [_, _, c, d] = netns_v4(i).octets();
+    Ipv4Addr::new(10, 220 + DOCKER_BLOCKS + b, c, d)
+}
+
+/// Host `i`'s IPv6 address in docker block `b`: fd00:220:b::/64.
+pub fn docker_v6(b: u8, i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x220, u16::from(b), 0, 0, 0, 0, (i + 2) as u16)
+}
+
+/// Host `i`'s IPv6 address on the second network of docker block `b`: fd00:221:b::/64.
+pub fn docker_second_v6(b: u8, i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x221, u16::from(b), 0, 0, 0, 0, (i + 2) as u16)
+}
+
+/// The subnets of docker block `b`'s network (`second`: its second network), IPv4 and IPv6.
+pub fn docker_subnets(b: u8, second: bool) -> (String, String) {
+    if second {
+        (
+            format!("10.{}.0.0/16", 220 + DOCKER_BLOCKS + b),
+            format!("fd00:221:{b:x}::/64"),
+        )
+    } else {
+        (
+            format!("10.{}.0.0/16", 220 + b),
+            format!("fd00:220:{b:x}::/64"),
+        )
+    }
 }

@@ -14,7 +14,8 @@ use std::time::Duration;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
-use crate::addr::{self, LoopbackBlock};
+use crate::addr::{self, Block, BlockKind};
+use crate::docker::{DockerPlan, DockerWorld};
 use crate::netns::NetnsWorld;
 use crate::process::{expand, DEFAULT_IDENTITY_ENV};
 use crate::{gc, wait_until, PREFIX};
@@ -24,16 +25,20 @@ use crate::{gc, wait_until, PREFIX};
 pub enum BackendKind {
     Netns,
     Process,
+    Docker,
 }
 
 impl BackendKind {
-    /// `DVMLAB_BACKEND` (`netns` or `process`) if set, else netns when this process may
-    /// create namespaces, else process.
+    /// `DVMLAB_BACKEND` (`netns`, `process` or `docker`) if set, else netns when this process
+    /// may create namespaces, else process.
     pub fn from_env() -> Result<BackendKind, String> {
         match std::env::var("DVMLAB_BACKEND").ok().as_deref() {
             Some("netns") => Ok(BackendKind::Netns),
             Some("process") => Ok(BackendKind::Process),
-            Some(other) => Err(format!("DVMLAB_BACKEND={other}: expected netns or process")),
+            Some("docker") => Ok(BackendKind::Docker),
+            Some(other) => Err(format!(
+                "DVMLAB_BACKEND={other}: expected netns, process or docker"
+            )),
             None if crate::netns_available() => Ok(BackendKind::Netns),
             None => Ok(BackendKind::Process),
         }
@@ -68,14 +73,19 @@ pub struct ClusterSpec {
     pub identity_env: Vec<(String, String)>,
     /// Lines appended to every host's hosts file.
     pub extra_hosts_lines: Vec<String>,
-    /// netns backend: hosts whose kernel IPv6 is switched off.
+    /// netns and docker backends: hosts whose kernel IPv6 is switched off.
     pub no_ipv6: Vec<String>,
     /// When set, hosts files name every host `name.<domain>` first, with the short name as an
     /// alias (`10.200.0.4 n01.lab.example n01`).
     pub domain: Option<String>,
-    /// netns backend: every host also sits on a second network (`eth1`, 10.201.0.0/16 and/or
-    /// fd00:201::/64), and its name resolves to both of its addresses.
+    /// netns and docker backends: every host also sits on a second network (`eth1`;
+    /// 10.201.0.0/16 and/or fd00:201::/64 on netns), and its name resolves to both of its
+    /// addresses.
     pub dual_homed: bool,
+    /// docker backend: directories of this machine the hosts see, read-only, at the same
+    /// path (the directories of the daemon command's absolute paths, the current directory,
+    /// `/usr` and the run directory are always there).
+    pub mounts: Vec<PathBuf>,
 }
 
 impl ClusterSpec {
@@ -97,6 +107,7 @@ impl ClusterSpec {
             no_ipv6: Vec::new(),
             dual_homed: false,
             domain: None,
+            mounts: Vec::new(),
         }
     }
 }
@@ -116,8 +127,9 @@ pub(crate) enum World {
     Netns(NetnsWorld),
     /// The block is held for its lifetime: dropping it releases the reservation.
     Process {
-        _block: LoopbackBlock,
+        _block: Block,
     },
+    Docker(Box<DockerWorld>),
 }
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
@@ -197,49 +209,168 @@ impl Cluster {
                 })
                 .collect()
         };
-        let (world, hosts) = match spec.backend {
+        let v4 = spec.ip != IpMode::V6;
+        let v6 = spec.ip != IpMode::V4;
+        let (block, hosts) = match spec.backend {
             BackendKind::Process => {
                 if spec.dual_homed {
-                    return Err("dual-homed hosts need the netns backend".into());
+                    return Err("dual-homed hosts need the netns or docker backend".into());
                 }
-                let block = LoopbackBlock::reserve().map_err(|e| e.to_string())?;
-                let hosts = plan(&|i| (Some(addr::loopback(block.block, i)), None));
-                (World::Process { _block: block }, hosts)
+                let block = Block::reserve(BlockKind::Loopback).map_err(|e| e.to_string())?;
+                let b = block.block;
+                (Some(block), plan(&|i| (Some(addr::loopback(b, i)), None)))
             }
             BackendKind::Netns => {
                 let hosts = plan(&|i| {
                     (
-                        (spec.ip != IpMode::V6).then(|| IpAddr::V4(addr::netns_v4(i))),
-                        (spec.ip != IpMode::V4).then(|| IpAddr::V6(addr::netns_v6(i))),
+                        v4.then(|| IpAddr::V4(addr::netns_v4(i))),
+                        v6.then(|| IpAddr::V6(addr::netns_v6(i))),
                     )
                 });
-                let no_v6: Vec<usize> = hosts
-                    .iter()
-                    .filter(|h| spec.no_ipv6.contains(&h.name))
-                    .map(|h| h.index)
+                (None, hosts)
+            }
+            BackendKind::Docker => {
+                // Networks the engine has that no lock stands for (another tool's, or one the
+                // engine failed to remove) rule their blocks out.
+                let used = crate::docker::subnets_in_use()?;
+                let taken = |b: u8| {
+                    [false, true].iter().any(|&second| {
+                        let (s4, s6) = addr::docker_subnets(b, second);
+                        used.contains(&s4) || used.contains(&s6)
+                    })
+                };
+                let block = Block::reserve_except(BlockKind::Docker, &taken)
+                    .map_err(|e| format!("reserving docker subnets: {e}"))?;
+                let b = block.block;
+                let mut hosts = plan(&|i| {
+                    (
+                        v4.then(|| IpAddr::V4(addr::docker_v4(b, i))),
+                        v6.then(|| IpAddr::V6(addr::docker_v6(b, i))),
+                    )
+                });
+                for h in hosts.iter_mut().filter(|_| spec.dual_homed) {
+                    h.second = [
+                        v4.then(|| IpAddr::V4(addr::docker_second_v4(b, h.index))),
+                        v6.then(|| IpAddr::V6(addr::docker_second_v6(b, h.index))),
+                    ]
+                    .into_iter()
+                    .flatten()
                     .collect();
-                let w = NetnsWorld::create(&run, &hosts, &no_v6)
-                    .map_err(|e| format!("netns setup: {e}"))?;
-                (World::Netns(w), hosts)
+                }
+                (Some(block), hosts)
             }
         };
-        let c = Cluster {
+        let mut c = Cluster {
             spec,
             run,
             dir,
             hosts,
-            world: Some(world),
+            world: None,
             procs: HashMap::new(),
             faults: Default::default(),
             keep: false,
         };
         c.write_files()
             .map_err(|e| format!("writing host files: {e}"))?;
+        let world = match (c.spec.backend, block) {
+            (BackendKind::Process, Some(block)) => World::Process { _block: block },
+            (BackendKind::Docker, Some(block)) => {
+                World::Docker(Box::new(DockerWorld::create(block, &c.docker_plan()?)?))
+            }
+            _ => {
+                let no_v6: Vec<usize> = c
+                    .hosts
+                    .iter()
+                    .filter(|h| c.spec.no_ipv6.contains(&h.name))
+                    .map(|h| h.index)
+                    .collect();
+                World::Netns(
+                    NetnsWorld::create(&c.run, &c.hosts, &no_v6)
+                        .map_err(|e| format!("netns setup: {e}"))?,
+                )
+            }
+        };
+        c.world = Some(world);
+        if c.spec.backend == BackendKind::Docker {
+            // Off once the container runs and holds its addresses, as on a host whose
+            // administrator turned IPv6 off.
+            for h in c.spec.no_ipv6.clone() {
+                let argv = ["sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1"];
+                let out = c.exec(&h, &argv.map(String::from))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "switching IPv6 off on {h}: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    ));
+                }
+            }
+        }
         Ok(c)
     }
 
-    fn hosts_text(&self) -> String {
-        let mut s = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
+    fn docker_plan(&self) -> Result<DockerPlan<'_>, String> {
+        let mut mounts = self.spec.mounts.clone();
+        mounts.extend(
+            self.spec
+                .daemon
+                .iter()
+                .map(Path::new)
+                .filter(|p| p.is_absolute())
+                .filter_map(|p| p.parent().map(Path::to_path_buf)),
+        );
+        mounts.extend(std::env::current_dir().ok().filter(|d| d != Path::new("/")));
+        Ok(DockerPlan {
+            run: &self.run,
+            hosts: &self.hosts,
+            v6: self.spec.ip != IpMode::V4,
+            dual_homed: self.spec.dual_homed,
+            domain: self.spec.domain.as_deref(),
+            hosts_lines: self.docker_hosts_entries()?,
+            etc_dirs: self.hosts.iter().map(|h| self.etc_dir(&h.name)).collect(),
+            run_dir: &self.dir,
+            mounts,
+        })
+    }
+
+    /// The hosts entries Docker writes for every host: the cluster's, then the spec's extra
+    /// lines (`address names...`).
+    fn docker_hosts_entries(&self) -> Result<Vec<(IpAddr, String)>, String> {
+        let mut v = self.hosts_entries();
+        for l in &self.spec.extra_hosts_lines {
+            let (a, names) = l
+                .trim()
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| format!("extra hosts line {l:?}: expected `address name...`"))?;
+            let a: IpAddr = a
+                .parse()
+                .map_err(|e| format!("extra hosts line {l:?}: {a}: {e}"))?;
+            v.push((a, names.trim().to_string()));
+        }
+        Ok(v)
+    }
+
+    /// The subnet of the cluster's first network (`second`: of its second network) in one
+    /// address family, as CIDR text: what a configuration's DVMNetworks names.
+    pub fn subnet(&self, second: bool, v6: bool) -> Option<String> {
+        match (self.world.as_ref()?, second, v6) {
+            (World::Netns(_), false, false) => Some("10.200.0.0/16".into()),
+            (World::Netns(_), false, true) => Some("fd00:200::/64".into()),
+            (World::Netns(_), true, false) => Some("10.201.0.0/16".into()),
+            (World::Netns(_), true, true) => Some("fd00:201::/64".into()),
+            (World::Docker(w), second, v6) => {
+                let (s4, s6) = addr::docker_subnets(w.block(), second);
+                Some(if v6 { s6 } else { s4 })
+            }
+            (World::Process { _block }, false, false) => {
+                Some(format!("127.{}.0.0/16", _block.block))
+            }
+            _ => None,
+        }
+    }
+
+    /// The hosts file's entries past the localhost lines: `(address, names)`.
+    fn hosts_entries(&self) -> Vec<(IpAddr, String)> {
+        let mut v = Vec::new();
         for h in &self.hosts {
             let names = match &self.spec.domain {
                 Some(d) => format!("{}.{d} {}", h.name, h.name),
@@ -250,8 +381,16 @@ impl Cluster {
                 .flatten()
                 .chain(h.second.iter().copied())
             {
-                let _ = writeln!(s, "{a} {names}");
+                v.push((a, names.clone()));
             }
+        }
+        v
+    }
+
+    fn hosts_text(&self) -> String {
+        let mut s = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
+        for (a, names) in self.hosts_entries() {
+            let _ = writeln!(s, "{a} {names}");
         }
         for l in &self.spec.extra_hosts_lines {
             let _ = writeln!(s, "{l}");
@@ -285,7 +424,9 @@ impl Cluster {
     /// Where this host's `prte.conf` is, as the host sees it.
     pub fn conf_path(&self, host: &str) -> PathBuf {
         match self.spec.backend {
-            BackendKind::Netns => Path::new("/etc").join(&self.spec.conf_file),
+            BackendKind::Netns | BackendKind::Docker => {
+                Path::new("/etc").join(&self.spec.conf_file)
+            }
             BackendKind::Process => self.etc_dir(host).join(&self.spec.conf_file),
         }
     }
@@ -346,6 +487,11 @@ impl Cluster {
             Some(World::Netns(w)) => w
                 .enter(&mut cmd, h.index, &h.name, &self.etc_dir(&h.name))
                 .map_err(|e| format!("entering host {host}: {e}"))?,
+            Some(World::Docker(w)) => {
+                let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+                w.enter(&mut cmd, h.index, &cwd, &self.etc_dir(&h.name))
+                    .map_err(|e| format!("entering host {host}: {e}"))?
+            }
             Some(World::Process { .. }) => {
                 let hosts_file = self.dir.join("hosts");
                 let conf = self.conf_path(host);
@@ -477,14 +623,16 @@ impl Cluster {
         .map_err(|e| format!("fault not verified: {e}"))
     }
 
-    /// Cuts `host` off the network (netns only); `false` reconnects it.
+    /// Cuts `host` off the network (its links go down on netns; it is disconnected from
+    /// its networks on docker); `true` reconnects it.
     pub fn set_connected(&mut self, host: &str, connected: bool) -> Result<(), String> {
         let i = self.host(host)?.index;
         match self.world.as_ref() {
             Some(World::Netns(w)) => w
                 .set_link(i, connected, self.spec.dual_homed)
                 .map_err(|e| e.to_string()),
-            _ => Err("cutting a host off needs the netns backend".into()),
+            Some(World::Docker(w)) => w.set_connected(i, connected),
+            _ => Err("cutting a host off needs the netns or docker backend".into()),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The network faults a test injects into a netns cluster: partitions between host sets (both
+//! The network faults a test injects into a netns (or, but for impaired links, docker) cluster: partitions between host sets (both
 //! ways or one way) and impaired links (delay, jitter, loss, duplication). Every call returns
 //! only once the fault is shown to be in effect, or fails saying why it could not be shown:
 //! a test must never rely on a fault that did not happen.
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::cluster::{Cluster, World};
 use crate::linkem::{self, Impairment, Relay};
 use crate::netns::{ip_batch, PORTS_PER_BRIDGE};
-use crate::partition::{self, Direction, PartitionId, PROBE_WAIT, TABLE};
+use crate::partition::{self, Direction, PartitionId, Switch, PROBE_WAIT};
 
 /// The faults currently injected into a cluster.
 #[derive(Default)]
@@ -58,6 +58,18 @@ impl Cluster {
         }
     }
 
+    /// Where the cluster's switch rules live (netns and docker clusters).
+    fn switch(&self, what: &str) -> Result<Switch, String> {
+        match self.world.as_ref() {
+            Some(World::Netns(w)) => Ok(Switch {
+                ns: Some(w.switch().to_string()),
+                name: "dvl".into(),
+            }),
+            Some(World::Docker(w)) => Ok(w.switch()),
+            _ => Err(format!("{what} needs the netns or docker backend")),
+        }
+    }
+
     fn addrs_of(&self, hosts: &[&str]) -> Result<Vec<IpAddr>, String> {
         let mut v = Vec::new();
         for h in hosts {
@@ -81,7 +93,8 @@ impl Cluster {
     /// Sends one probe for each `(src, dst)` pair, all at once, and reads the switch's
     /// counters for them.
     fn probe(&self, pairs: &[(&str, &str)]) -> Result<Vec<ProbeSeen>, String> {
-        let sw = self.netns_world("probing")?.switch().to_string();
+        let sw = self.switch("probing")?;
+        let t = sw.table();
         let addrs: Vec<(IpAddr, IpAddr)> = pairs
             .iter()
             .map(|(s, d)| self.probe_pair(s, d))
@@ -89,16 +102,13 @@ impl Cluster {
         let rules: String = addrs
             .iter()
             .map(|&(a, b)| {
-                partition::probe_rule("seen", a, b) + &partition::probe_rule("passed", a, b)
+                partition::probe_rule(&t, "seen", a, b) + &partition::probe_rule(&t, "passed", a, b)
             })
             .collect();
-        partition::nft(&sw, &rules)?;
+        sw.nft(&rules)?;
         let seen = self.run_probes(&sw, pairs, &addrs);
         // Counting rules go whatever happened, so no later probe reads a stale counter.
-        let flushed = partition::nft(
-            &sw,
-            &format!("flush chain {TABLE} seen\nflush chain {TABLE} passed\n"),
-        );
+        let flushed = sw.nft(&format!("flush chain {t} seen\nflush chain {t} passed\n"));
         let seen = seen?;
         flushed?;
         Ok(seen)
@@ -106,7 +116,7 @@ impl Cluster {
 
     fn run_probes(
         &self,
-        sw: &str,
+        sw: &Switch,
         pairs: &[(&str, &str)],
         addrs: &[(IpAddr, IpAddr)],
     ) -> Result<Vec<ProbeSeen>, String> {
@@ -128,8 +138,8 @@ impl Cluster {
             .iter()
             .map(|&(a, b)| {
                 Ok(ProbeSeen {
-                    sent: partition::probe_count(sw, "seen", a, b)? > 0,
-                    passed: partition::probe_count(sw, "passed", a, b)? > 0,
+                    sent: sw.probe_count("seen", a, b)? > 0,
+                    passed: sw.probe_count("passed", a, b)? > 0,
                 })
             })
             .collect()
@@ -178,17 +188,18 @@ impl Cluster {
         }
         let (fa, fb) = (self.addrs_of(&a)?, self.addrs_of(&b)?);
         let sw = self.ensure_table()?;
+        let t = sw.table();
         let id = PartitionId(self.faults.next_id);
         self.faults.next_id += 1;
         let chain = format!("p{}", id.0);
         let mut script = format!(
-            "add chain {TABLE} {chain}\nadd rule {TABLE} cut jump {chain}\n{}",
-            partition::drop_rules(&chain, &fa, &fb)
+            "add chain {t} {chain}\nadd rule {t} cut jump {chain}\n{}",
+            partition::drop_rules(&t, &chain, &fa, &fb)
         );
         if dir == Direction::Both {
-            script.push_str(&partition::drop_rules(&chain, &fb, &fa));
+            script.push_str(&partition::drop_rules(&t, &chain, &fb, &fa));
         }
-        partition::nft(&sw, &script)?;
+        sw.nft(&script)?;
         self.faults.partitions.insert(
             id,
             Partition {
@@ -202,10 +213,10 @@ impl Cluster {
         Ok(id)
     }
 
-    fn ensure_table(&mut self) -> Result<String, String> {
-        let sw = self.netns_world("network faults")?.switch().to_string();
+    fn ensure_table(&mut self) -> Result<Switch, String> {
+        let sw = self.switch("network faults")?;
         if !self.faults.table_ready {
-            partition::nft(&sw, &partition::table_script())?;
+            sw.nft(&partition::table_script(&sw.table()))?;
             self.faults.table_ready = true;
         }
         Ok(sw)
@@ -218,9 +229,9 @@ impl Cluster {
         let script: String = self
             .family_pairs(src, dst)?
             .into_iter()
-            .map(|(a, b)| partition::syn_rule(a, b, port))
+            .map(|(a, b)| partition::syn_rule(&sw.table(), a, b, port))
             .collect();
-        partition::nft(&sw, &script).map(|_| ())
+        sw.nft(&script).map(|_| ())
     }
 
     /// Every (source, destination) address pair of one family between two hosts.
@@ -247,23 +258,23 @@ impl Cluster {
 
     /// Connection attempts from `src` to `dst`'s `port` since [`Cluster::watch_connects`].
     pub fn connects_seen(&self, src: &str, dst: &str, port: u16) -> Result<u64, String> {
-        let sw = self.netns_world("counting connects")?.switch().to_string();
+        let sw = self.switch("counting connects")?;
         let mut n = 0;
         for (a, b) in self.family_pairs(src, dst)? {
-            n += partition::tagged_count(&sw, "watch", &partition::syn_tag(a, b, port))?;
+            n += sw.tagged_count("watch", &partition::syn_tag(a, b, port))?;
         }
         Ok(n)
     }
 
     /// Removes one partition; returns once traffic is shown to pass again.
     pub fn heal(&mut self, id: PartitionId) -> Result<(), String> {
-        let sw = self.netns_world("healing")?.switch().to_string();
+        let sw = self.switch("healing")?;
         let Partition { x, y, .. } = self
             .faults
             .partitions
             .remove(&id)
             .ok_or_else(|| format!("no partition {id:?}"))?;
-        partition::nft(&sw, &format!("flush chain {TABLE} p{}\n", id.0))?;
+        sw.nft(&format!("flush chain {} p{}\n", sw.table(), id.0))?;
         if self.faults.partitions.values().any(|p| p.separates(&x, &y)) {
             // Another partition still separates the probe pair: nothing to show yet.
             return Ok(());

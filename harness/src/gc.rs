@@ -79,14 +79,16 @@ pub fn collect(all: bool) -> Collected {
             }
         }
     }
-    if let Ok(rd) = fs::read_dir(crate::addr::loopback_lock_dir()) {
-        for e in rd.flatten() {
-            // A lock nobody holds belonged to a process that is gone.
-            if let Ok(Some(lock)) = crate::addr::try_lock(&e.path()) {
-                let _ = fs::remove_file(e.path());
-                drop(lock);
-                c.locks.push(e.path());
-            }
+    for e in crate::addr::BlockKind::ALL
+        .iter()
+        .filter_map(|k| fs::read_dir(k.lock_dir()).ok())
+        .flat_map(|rd| rd.flatten())
+    {
+        // A lock nobody holds belonged to a process that is gone.
+        if let Ok(Some(lock)) = crate::addr::try_lock(&e.path()) {
+            let _ = fs::remove_file(e.path());
+            drop(lock);
+            c.locks.push(e.path());
         }
     }
     c

@@ -1,12 +1,14 @@
 //! dvmlab's harness: starts a cluster of real daemons as separate hosts on this machine and
 //! breaks them on purpose.
 //!
-//! Two backends stand behind one [`Cluster`]:
+//! Three backends stand behind one [`Cluster`]:
 //! - **netns** (root): every host is a network namespace on a Linux bridge with its own IPv4
 //!   and/or IPv6 address, its own UTS host name, and a private mount namespace in which the
 //!   cluster's `hosts` and `prte.conf` appear at `/etc/hosts` and `/etc/prte.conf`;
 //! - **process** (no root): every host is a process bound to its own loopback address, told its
-//!   identity through a documented test-only environment.
+//!   identity through a documented test-only environment;
+//! - **docker**: every host is a container on a Docker network of the cluster's own, with the
+//!   host name, hosts entries and DNS Docker gives it; processes are entered into it.
 //!
 //! The harness knows nothing of the runtime's internals: it writes a `prte.conf` (the spec's
 //! format), starts the daemon command it is given on each host, and runs commands on hosts.
@@ -14,6 +16,7 @@
 pub mod addr;
 pub mod cluster;
 pub mod conf;
+pub mod docker;
 mod faults;
 pub mod gc;
 pub mod linkem;

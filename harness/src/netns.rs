@@ -54,6 +54,18 @@ pub(crate) fn ip_batch(ns: Option<&str>, lines: &[String]) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes every mount of a freshly unshared mount namespace private, so that what the process
+/// mounts next is seen nowhere else. Only a system call: safe between fork and exec.
+pub(crate) fn mounts_private() -> nix::Result<()> {
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+}
+
 /// Writes a sysctl inside namespace `ns`.
 fn sysctl_in(ns: &str, key: &str, value: &str) -> io::Result<()> {
     let out = Command::new("ip")
@@ -199,13 +211,7 @@ impl NetnsWorld {
             cmd.pre_exec(move || {
                 setns(&nsfile, CloneFlags::CLONE_NEWNET)?;
                 unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS)?;
-                mount(
-                    None::<&str>,
-                    "/",
-                    None::<&str>,
-                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                    None::<&str>,
-                )?;
+                mounts_private()?;
                 mount(
                     Some("overlay"),
                     "/etc",

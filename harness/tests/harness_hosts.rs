@@ -50,9 +50,16 @@ fn hosts_beyond_one_bridge_reach_each_other_over_chained_bridges() {
     let c = Cluster::new(spec).unwrap();
     let first = c.host("h0").unwrap().clone();
     let last = c.host("h1002").unwrap().clone();
-    reaches(&c, "h1002", &first.v4.unwrap().to_string()).unwrap();
-    reaches(&c, "h0", &last.v4.unwrap().to_string()).unwrap();
-    reaches(&c, "h1002", &first.v6.unwrap().to_string()).unwrap();
+    // The first exchange waits for neighbour discovery across three bridges of a thousand
+    // ports each, slow on a loaded machine; a path that does not exist never answers.
+    let eventually = |from: &str, ip: String| {
+        wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+            reaches(&c, from, &ip)
+        })
+    };
+    eventually("h1002", first.v4.unwrap().to_string()).unwrap();
+    eventually("h0", last.v4.unwrap().to_string()).unwrap();
+    eventually("h1002", first.v6.unwrap().to_string()).unwrap();
     let out = c.exec("h1002", &["hostname".into()]).unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "h1002");
 }

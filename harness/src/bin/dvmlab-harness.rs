@@ -26,6 +26,7 @@ struct Cli {
 enum Backend {
     Netns,
     Process,
+    Docker,
 }
 
 #[derive(Subcommand, Debug)]
@@ -54,9 +55,10 @@ enum Cmd {
         #[arg(long, default_value_t = 0.0)]
         hold: f64,
     },
-    /// Remove namespaces, run directories and locks of harness runs whose process is gone.
+    /// Remove namespaces, containers, networks, run directories and locks of harness runs
+    /// whose process is gone.
     Gc {
-        /// Remove those of every run, live or not.
+        /// Remove those of every run, live or not (and the docker backend's host images).
         #[arg(long)]
         all: bool,
     },
@@ -74,6 +76,16 @@ fn main() -> ExitCode {
             );
             for n in c.namespaces {
                 println!("  netns {n}");
+            }
+            let d = dvmlab_harness::docker::collect(all);
+            println!(
+                "removed {} containers, {} Docker networks, {} host images",
+                d.containers.len(),
+                d.networks.len(),
+                d.images.len()
+            );
+            for n in d.containers.iter().chain(&d.networks).chain(&d.images) {
+                println!("  docker {n}");
             }
             ExitCode::SUCCESS
         }
@@ -135,10 +147,11 @@ fn up(
     let backend = match backend {
         Some(Backend::Netns) => BackendKind::Netns,
         Some(Backend::Process) => BackendKind::Process,
+        Some(Backend::Docker) => BackendKind::Docker,
         None => BackendKind::from_env()?,
     };
     if backend == BackendKind::Process && ip == 6 {
-        return Err("IPv6 needs the netns backend (run as root)".into());
+        return Err("IPv6 needs the netns or docker backend".into());
     }
     let bin = match bin_dir {
         Some(d) => d,

@@ -46,16 +46,44 @@ pub fn dvmport_moves_every_daemon_to_that_port(ctx: &Ctx) -> Verdict {
     dvm.stop()
 }
 
-/// Local and peer addresses of the TCP and UDP sockets on `host`.
+/// Whether a socket line of `ss -p` belongs to the process group `group` (the daemon and
+/// what it runs); a socket whose owner `ss` does not show counts as the daemon's.
+fn owned_by(line: &str, group: Option<u32>) -> bool {
+    let Some(group) = group else {
+        return true;
+    };
+    let pids: Vec<u32> = line
+        .split("pid=")
+        .skip(1)
+        .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect();
+    pids.is_empty()
+        || pids.iter().any(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|st| {
+                    // pgrp is the third field after the parenthesised command name.
+                    let (_, rest) = st.rsplit_once(')')?;
+                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
+                })
+                == Some(group)
+        })
+}
+
+/// Local and peer addresses of the TCP and UDP sockets of the daemon on `host` and the
+/// processes of its group. Other programs' sockets in the host's network (Docker's DNS
+/// resolver has some in every container) are not the DVM's.
 fn local_addrs(dvm: &Dvm, host: &str) -> Result<Vec<String>, Problem> {
-    let argv = ["ss", "-Htuan"].map(String::from);
+    let argv = ["ss", "-Htuanp"].map(String::from);
     let (code, out, err) = dvm.run_on(host, &argv, Duration::from_secs(10))?;
     if code != Some(0) {
         return Err(Problem::Unresolved(format!("ss on {host}: {err}")));
     }
-    // Netid State Recv-Q Send-Q Local Peer
+    let group = dvm.cluster.pid(host);
+    // Netid State Recv-Q Send-Q Local Peer [users]
     Ok(out
         .lines()
+        .filter(|l| owned_by(l, group))
         .flat_map(|l| {
             let f: Vec<String> = l.split_whitespace().map(str::to_string).collect();
             f.into_iter().skip(4).take(2)
@@ -71,7 +99,7 @@ fn is_v6(addr: &str) -> bool {
 }
 
 pub fn ipv6_only_dvm_uses_no_ipv4_at_all(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("dual-stack hosts")?;
+    ctx.need_own_networks("dual-stack hosts")?;
     ctx.need_feature("ipv6", ctx.profile.features.ipv6)?;
     let (nodes, hosts) = small();
     let c = conf(ctx, &nodes).set("DVMIPVersion", 6);
@@ -105,7 +133,7 @@ pub fn ipv6_only_dvm_uses_no_ipv4_at_all(ctx: &Ctx) -> Verdict {
 }
 
 pub fn ipv4_is_the_default_family_on_dual_stack_hosts(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("dual-stack hosts")?;
+    ctx.need_own_networks("dual-stack hosts")?;
     let (nodes, hosts) = small();
     let c = conf(ctx, &nodes).unset("DVMIPVersion");
     let mut dvm = Dvm::with(ctx, "v4default", &hosts, &c, |s| s.ip = IpMode::Dual)?;
@@ -123,7 +151,7 @@ pub fn ipv4_is_the_default_family_on_dual_stack_hosts(ctx: &Ctx) -> Verdict {
 }
 
 pub fn ipv6_on_a_host_without_ipv6_aborts_with_a_diagnostic(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("a host with IPv6 switched off")?;
+    ctx.need_own_networks("a host with IPv6 switched off")?;
     let (nodes, hosts) = small();
     let c = conf(ctx, &nodes).set("DVMIPVersion", 6);
     // An implementation built without IPv6 must refuse DVMIPVersion=6 anywhere; one with
@@ -144,39 +172,71 @@ pub fn ipv6_on_a_host_without_ipv6_aborts_with_a_diagnostic(ctx: &Ctx) -> Verdic
     )
 }
 
-fn dual_homed_nets(ip: u8) -> (&'static str, &'static str, &'static str, u8) {
-    if ip == 6 {
-        ("fd00:201::/64", "fd00:201::", "fd00:200::", 64)
-    } else {
-        ("10.201.0.0/16", "10.201.", "10.200.", 16)
+/// How `ss` prints a socket on `addr` (with the port following).
+fn sock_form(addr: std::net::IpAddr) -> String {
+    match addr {
+        std::net::IpAddr::V4(a) => format!("{a}:"),
+        std::net::IpAddr::V6(a) => format!("[{a}]:"),
+    }
+}
+
+/// The subnet of the cluster's first or second network in the cell's family, and its prefix.
+fn subnet_of(dvm: &Dvm, ctx: &Ctx, second: bool) -> Result<(String, String), Problem> {
+    let cidr = dvm
+        .cluster
+        .subnet(second, ctx.cell.ip == 6)
+        .ok_or_else(|| Problem::Unresolved("the cluster does not have that network".into()))?;
+    let prefix = cidr.rsplit('/').next().unwrap_or_default().to_string();
+    Ok((cidr, prefix))
+}
+
+/// Host `h`'s address on its first network and on its second, in the cell's family.
+fn both_addrs(dvm: &Dvm, ctx: &Ctx, h: &str) -> Result<(String, String), Problem> {
+    let info = dvm.cluster.host(h).map_err(Problem::Unresolved)?;
+    let v6 = ctx.cell.ip == 6;
+    let first = if v6 { info.v6 } else { info.v4 };
+    let second = info.second.iter().copied().find(|a| a.is_ipv6() == v6);
+    match (first, second) {
+        (Some(a), Some(b)) => Ok((sock_form(a), sock_form(b))),
+        _ => Err(Problem::Unresolved(format!(
+            "{h} is not on two networks in IPv{}",
+            ctx.cell.ip
+        ))),
     }
 }
 
 pub fn dvmnetworks_picks_the_interconnect_address_on_dual_homed_hosts(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("dual-homed hosts")?;
+    ctx.need_own_networks("dual-homed hosts")?;
     ctx.need_feature("dvmnetworks", ctx.profile.features.dvmnetworks)?;
     let (nodes, hosts) = small();
-    let (cidr, on, off, prefix) = dual_homed_nets(ctx.cell.ip);
     let base = conf(ctx, &nodes);
     let mut dvm = Dvm::with(ctx, "dualhomed", &hosts, &base, |s| s.dual_homed = true)?;
-    for networks in [cidr, "eth1"] {
+    let (cidr, prefix) = subnet_of(&dvm, ctx, true)?;
+    let firsts: Vec<String> = hosts
+        .iter()
+        .map(|h| both_addrs(&dvm, ctx, h).map(|(a, _)| a))
+        .collect::<Result<_, _>>()?;
+    for networks in [cidr.as_str(), "eth1"] {
         dvm.cluster
             .set_conf(&base.clone().set("DVMNetworks", networks).render())
             .map_err(|e| Problem::Unresolved(e.to_string()))?;
         dvm.start_all()?;
         let s = dvm.wait_formed(FORM)?;
+        let (_, ctl_on) = both_addrs(&dvm, ctx, "ctl")?;
+        let ctl_ip = ctl_on.trim_matches(|c| c == '[' || c == ']' || c == ':');
         check(
-            s.controller_uri.contains(on) && s.controller_uri.ends_with(&format!(":{prefix}")),
+            s.controller_uri.contains(ctl_ip) && s.controller_uri.ends_with(&format!(":{prefix}")),
             format!(
-                "DVMNetworks={networks}: the controller contact is on {on} with the prefix's mask {prefix}"
+                "DVMNetworks={networks}: the controller contact is on {ctl_ip} with the prefix's mask {prefix}"
             ),
             s.controller_uri.clone(),
         )?;
         for h in &hosts {
             let socks = dvm.tcp_sockets(h)?;
+            let (_, on) = both_addrs(&dvm, ctx, h)?;
             check(
-                socks.contains(on) && !socks.contains(off),
-                format!("DVMNetworks={networks}: {h} talks on {on} only"),
+                socks.contains(&on) && !firsts.iter().any(|a| socks.contains(a)),
+                format!("DVMNetworks={networks}: {h} talks on {on} only, never on {cidr}'s sibling network"),
                 socks,
             )?;
         }
@@ -186,7 +246,7 @@ pub fn dvmnetworks_picks_the_interconnect_address_on_dual_homed_hosts(ctx: &Ctx)
 }
 
 pub fn an_ambiguous_multi_homed_host_is_refused_naming_the_host(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("dual-homed hosts")?;
+    ctx.need_own_networks("dual-homed hosts")?;
     let (nodes, hosts) = small();
     let dvm = Dvm::with(ctx, "ambiguous", &hosts, &conf(ctx, &nodes), |s| {
         s.dual_homed = true
@@ -206,18 +266,21 @@ pub fn an_ambiguous_multi_homed_host_is_refused_naming_the_host(ctx: &Ctx) -> Ve
 }
 
 pub fn dvmnetmask_overrides_the_mask_in_the_contact_uri(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("dual-homed hosts")?;
+    ctx.need_own_networks("dual-homed hosts")?;
     ctx.need_feature("dvmnetworks", ctx.profile.features.dvmnetworks)?;
     let (nodes, hosts) = small();
-    let (net, mask, want) = if ctx.cell.ip == 6 {
-        ("fd00:200::/64", "112", ":112")
+    let (mask, want) = if ctx.cell.ip == 6 {
+        ("112", ":112")
     } else {
-        ("10.200.0.0/16", "255.255.255.0", ":24")
+        ("255.255.255.0", ":24")
     };
-    let c = conf(ctx, &nodes)
-        .set("DVMNetworks", net)
-        .set("DVMNetmask", mask);
-    let mut dvm = Dvm::with(ctx, "netmask", &hosts, &c, |s| s.dual_homed = true)?;
+    let base = conf(ctx, &nodes);
+    let mut dvm = Dvm::with(ctx, "netmask", &hosts, &base, |s| s.dual_homed = true)?;
+    let (net, _) = subnet_of(&dvm, ctx, false)?;
+    let c = base.set("DVMNetworks", net).set("DVMNetmask", mask);
+    dvm.cluster
+        .set_conf(&c.render())
+        .map_err(|e| Problem::Unresolved(e.to_string()))?;
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
     check(

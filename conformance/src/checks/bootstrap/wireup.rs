@@ -37,7 +37,7 @@ pub fn controller_booted_20_seconds_late_still_forms_the_dvm(ctx: &Ctx) -> Verdi
 }
 
 pub fn retries_to_the_controller_back_off_up_to_the_max_delay(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("counting connection attempts at the switch")?;
+    ctx.need_own_networks("counting connection attempts at the switch")?;
     let nodes = node_names(2);
     let hosts = with_ctl(&nodes);
     let base = conf(ctx, &nodes);
@@ -213,7 +213,7 @@ pub fn radix_3_children_heal_past_a_never_booted_parent_and_the_dvm_forms_when_i
 }
 
 pub fn a_child_whose_parent_cannot_answer_heals_to_the_next_ancestor(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("a one-way partition")?;
+    ctx.need_own_networks("a one-way partition")?;
     ctx.need_feature("healing", ctx.profile.features.healing)?;
     let nodes = node_names(6);
     let hosts = with_ctl(&nodes);
@@ -295,7 +295,7 @@ pub fn connect_max_time_defaults_to_30_seconds(ctx: &Ctx) -> Verdict {
 }
 
 pub fn a_partitioned_group_joins_once_the_partition_heals(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("a partition")?;
+    ctx.need_own_networks("a partition")?;
     let nodes = cell_nodes(ctx);
     if nodes.len() < 2 {
         return Err(Problem::Unresolved("needs at least 2 nodes".into()));
@@ -370,7 +370,7 @@ pub fn formation_survives_delay_loss_and_duplication_on_links(ctx: &Ctx) -> Verd
 }
 
 pub fn dvm_forms_under_a_seeded_random_fault_schedule(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("network faults")?;
+    ctx.need_own_networks("network faults")?;
     let nodes = cell_nodes(ctx);
     let hosts = with_ctl(&nodes);
     let c = conf(ctx, &nodes).set("DVMConnectMaxTime", 1);
@@ -382,7 +382,8 @@ pub fn dvm_forms_under_a_seeded_random_fault_schedule(ctx: &Ctx) -> Verdict {
             boot_window: Duration::from_secs(3),
             freezable: nodes.clone(),
             partitions: true,
-            impair: true,
+            // Impaired links need the netns backend; elsewhere the schedule draws none.
+            impair: ctx.cell.backend == dvmlab_harness::BackendKind::Netns,
         },
     );
     ctx.note(schedule.to_string());

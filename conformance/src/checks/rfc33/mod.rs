@@ -93,7 +93,7 @@ fn marker(ctx: &Ctx, what: &str) -> String {
 pub fn a_job_runs_exactly_where_it_was_placed_and_all_output_reaches_the_submitter(
     ctx: &Ctx,
 ) -> Verdict {
-    ctx.need_netns("host names of job processes")?;
+    ctx.need_own_networks("host names of job processes")?;
     let (dvm, nodes) = formed(ctx, "placed", 6)?;
     let env = proc_env(ctx);
     let script = format!("echo out ${env} $(hostname); echo err ${env} >&2");
@@ -478,7 +478,7 @@ pub fn a_check_for_a_job_that_died_with_its_daemon_raises_an_exception(ctx: &Ctx
 }
 
 pub fn a_stray_job_left_on_a_cut_off_daemon_is_terminated_when_it_returns(ctx: &Ctx) -> Verdict {
-    ctx.need_netns("a partition")?;
+    ctx.need_own_networks("a partition")?;
     let (mut dvm, nodes) = formed(ctx, "stray", 3)?;
     let mark = marker(ctx, "stray");
     let (mut child, _, _) = sleepers(ctx, &dvm, &nodes, &mark, &[])?;
