@@ -3,6 +3,7 @@
 mod docker;
 mod export;
 mod image;
+mod netns;
 mod partition;
 mod plan;
 
@@ -18,7 +19,9 @@ use plan::{IpVersion, Plan, CONTROLLER};
 
 /// A cluster of the runtime in Docker containers: a controller `ctl` and nodes node01…,
 /// each running the identical `prted --bootstrap` with one prte.conf mounted read-only, on
-/// a dual-stack network of their own (10.210.0.0/16, fd00:210::/64).
+/// a dual-stack network of their own (10.210.0.0/16, fd00:210::/64). Without a Docker
+/// engine (or with `up --backend netns`) the same lab runs on netns hosts, kept by a
+/// background process, and every command below works on it the same way.
 ///
 ///   lab image                 build the image (FROM scratch, static binaries)
 ///   lab up --nodes 32         start the lab and wait for `DVM ready`
@@ -53,6 +56,13 @@ enum Cmd {
     Up {
         #[command(flatten)]
         plan: PlanArgs,
+        /// Where the lab runs: Docker containers, netns hosts, or (auto) containers when a
+        /// Docker engine answers, else netns hosts.
+        #[arg(long, value_enum, default_value_t = Backend::Auto)]
+        backend: Backend,
+        /// netns hosts: directory of prted, pctl and prun (default: this program's).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
         /// Nodes to create but not start, for `late-boot` (comma separated).
         #[arg(long, value_delimiter = ',')]
         hold: Vec<String>,
@@ -104,6 +114,16 @@ enum Cmd {
         #[arg(long, short, default_value = "target/lab-export")]
         out: PathBuf,
     },
+    /// (internal) Keep a netns lab: started in the background by `up`.
+    #[command(hide = true)]
+    Keep {
+        #[command(flatten)]
+        plan: PlanArgs,
+        #[arg(long, value_delimiter = ',')]
+        hold: Vec<String>,
+        #[arg(long)]
+        bin_dir: PathBuf,
+    },
     /// Print what a host's daemon wrote.
     Logs {
         host: String,
@@ -111,6 +131,14 @@ enum Cmd {
         #[arg(long, short)]
         follow: bool,
     },
+}
+
+/// Where `up` puts the lab.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Backend {
+    Auto,
+    Docker,
+    Netns,
 }
 
 /// The size and shape of a lab.
@@ -140,6 +168,12 @@ struct Failure(u8, String);
 impl From<String> for Failure {
     fn from(s: String) -> Failure {
         Failure(1, s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Failure {
+        Failure(1, s.to_string())
     }
 }
 
@@ -182,6 +216,11 @@ async fn current(lab: &DockerLab) -> Result<Plan, Failure> {
 }
 
 async fn run(cli: Cli) -> Result<u8, Failure> {
+    if netns::Keeper::find().is_some() {
+        if let Some(code) = on_netns(&cli.command).await? {
+            return Ok(code);
+        }
+    }
     match cli.command {
         Cmd::Image { bin_dir, busybox } => {
             let ctx = image::context(&image::Sources { bin_dir, busybox })?;
@@ -195,13 +234,38 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             );
             Ok(0)
         }
+        Cmd::Keep {
+            plan,
+            hold,
+            bin_dir,
+        } => {
+            netns::keep(&plan.plan()?, &hold, &bin_dir)?;
+            Ok(0)
+        }
         Cmd::Up {
             plan,
+            backend,
+            bin_dir,
             hold,
             timeout,
         } => {
             let plan = plan.plan()?;
-            let lab = connect().await?;
+            let lab = match backend {
+                Backend::Netns => None,
+                Backend::Docker => Some(connect().await?),
+                Backend::Auto => match DockerLab::connect().await {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        eprintln!(
+                            "lab: no Docker engine ({e}): the lab runs on netns hosts instead"
+                        );
+                        None
+                    }
+                },
+            };
+            let Some(lab) = lab else {
+                return netns_up(&plan, &hold, bin_dir, Duration::from_secs(timeout)).await;
+            };
             if !lab.image_exists().await {
                 return Err(Failure(
                     1,
@@ -346,6 +410,172 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
     }
+}
+
+/// A command on the netns lab that is up; `None` for commands that do not act on a lab.
+async fn on_netns(cmd: &Cmd) -> Result<Option<u8>, Failure> {
+    let act = |op: &str, node: &str, what: &str| -> Result<Option<u8>, Failure> {
+        netns::ask(serde_json::json!({"op": op, "host": node}))?;
+        dvmlab_runtime::outln!("{node}: {what}");
+        Ok(Some(0))
+    };
+    match cmd {
+        Cmd::Image { .. } | Cmd::Export { .. } | Cmd::Keep { .. } => Ok(None),
+        Cmd::Up { .. } => Err(Failure(
+            1,
+            "a lab is already up on netns hosts; `lab down` first".into(),
+        )),
+        Cmd::Down => {
+            let n = hosts_state()?.len();
+            let v = netns::ask(serde_json::json!({"op": "down"}))?;
+            let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+            netns::wait_gone(pid)?;
+            dvmlab_runtime::outln!("removed the netns lab ({n} hosts, their namespaces and logs)");
+            Ok(Some(0))
+        }
+        Cmd::Status { json } => {
+            let mut argv = vec!["pctl".to_string(), "status".to_string()];
+            if *json {
+                argv.push("--json".into());
+            }
+            let code = netns::Keeper::find()
+                .ok_or("the netns lab went away")?
+                .exec(CONTROLLER, &argv)?;
+            if !json {
+                let down: Vec<String> = hosts_state()?
+                    .into_iter()
+                    .filter(|(_, s)| s != "running")
+                    .map(|(h, s)| format!("{h} ({s})"))
+                    .collect();
+                if !down.is_empty() {
+                    dvmlab_runtime::outln!("daemons not running: {}", down.join(", "));
+                }
+            }
+            Ok(Some(if code == 0 { 0 } else { 1 }))
+        }
+        Cmd::Run { argv } => {
+            let mut full = vec!["prun".to_string()];
+            full.extend(argv.iter().cloned());
+            let code = netns::Keeper::find()
+                .ok_or("the netns lab went away")?
+                .exec(CONTROLLER, &full)?;
+            Ok(Some(u8::try_from(code).unwrap_or(1)))
+        }
+        Cmd::Kill { node } => act("kill", node, "killed"),
+        Cmd::Freeze { node } => act("freeze", node, "frozen"),
+        Cmd::Thaw { node } => act("thaw", node, "thawed"),
+        Cmd::Restart { node } => act("restart", node, "restarted"),
+        Cmd::LateBoot { node } => act("late-boot", node, "booted"),
+        Cmd::Partition { a, b } => {
+            let side = |s: &str| -> Vec<String> {
+                s.split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            };
+            if side(a).is_empty() || side(b).is_empty() {
+                return Err(Failure(2, "partition A B: both sides need a host".into()));
+            }
+            netns::ask(serde_json::json!({"op": "partition", "a": side(a), "b": side(b)}))?;
+            dvmlab_runtime::outln!("partitioned {a} from {b}");
+            Ok(Some(0))
+        }
+        Cmd::Heal => {
+            netns::ask(serde_json::json!({"op": "heal"}))?;
+            dvmlab_runtime::outln!("healed");
+            Ok(Some(0))
+        }
+        Cmd::Logs { host, follow } => {
+            let v = netns::ask(serde_json::json!({"op": "hosts"}))?;
+            let path = v["hosts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|h| h["host"].as_str() == Some(host.as_str()))
+                .and_then(|h| h["log"].as_str().map(PathBuf::from))
+                .ok_or_else(|| Failure(1, format!("no host {host} in this lab")))?;
+            netns::print_log(&path, *follow)?;
+            Ok(Some(0))
+        }
+    }
+}
+
+/// Every host of the netns lab with its daemon's state.
+fn hosts_state() -> Result<Vec<(String, String)>, String> {
+    let v = netns::ask(serde_json::json!({"op": "hosts"}))?;
+    Ok(v["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| {
+            (
+                h["host"].as_str().unwrap_or_default().to_string(),
+                h["state"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect())
+}
+
+/// `up` on netns hosts: a keeper in the background, then the same wait and table.
+async fn netns_up(
+    plan: &Plan,
+    hold: &[String],
+    bin_dir: Option<PathBuf>,
+    timeout: Duration,
+) -> Result<u8, Failure> {
+    if !netns::available() {
+        return Err(Failure(
+            1,
+            "the lab needs a Docker engine or, without one, root for network namespaces".into(),
+        ));
+    }
+    let bin = match bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(PathBuf::from))
+            .ok_or("cannot find this program's directory")?,
+    };
+    let t = Instant::now();
+    eprintln!(
+        "lab: starting {} hosts on netns hosts",
+        plan.hosts().len() - hold.len()
+    );
+    netns::spawn_keeper(plan, hold, &bin)?;
+    let expect = plan.hosts().len() - hold.len();
+    let argv = ["pctl", "status", "--json"].map(String::from);
+    loop {
+        let last;
+        match netns::output(CONTROLLER, &argv) {
+            Ok((0, out, _)) => match serde_json::from_str::<serde_json::Value>(&out) {
+                Ok(s) if s["joined"].as_u64().unwrap_or(0) as usize >= expect => break,
+                Ok(s) => last = format!("{} of {expect} daemons joined", s["joined"]),
+                Err(e) => last = format!("status is not JSON: {e}"),
+            },
+            Ok((_, _, err)) => last = err.trim().to_string(),
+            Err(e) => last = e,
+        }
+        if t.elapsed() > timeout {
+            return Err(Failure(
+                1,
+                format!("the DVM did not form within {timeout:?}: {last} (see `lab logs ctl`)"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    dvmlab_runtime::outln!(
+        "lab up on netns hosts: {expect} of {} daemons joined in {:.1} s{}",
+        plan.hosts().len(),
+        t.elapsed().as_secs_f64(),
+        if hold.is_empty() {
+            String::new()
+        } else {
+            format!("; held for late-boot: {}", hold.join(", "))
+        }
+    );
+    let (_, table, _) = netns::output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
+    dvmlab_runtime::stdout::bytes(table.as_bytes());
+    Ok(0)
 }
 
 type Act<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;

@@ -2,62 +2,18 @@
 //! containers, a job on every node, a killed node seen in the status, and `down` leaving
 //! nothing behind. Needs Docker and Debian's busybox-static; says so loudly otherwise.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use dvmlab_harness::{skip, wait_until};
 
-const LAB: &str = env!("CARGO_BIN_EXE_lab");
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
-}
-
-fn lab(args: &[&str]) -> Output {
-    Command::new(LAB)
-        .args(args)
-        .current_dir(workspace())
-        .output()
-        .unwrap()
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = lab(args);
-    assert!(
-        o.status.success(),
-        "lab {args:?}: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod common;
+use common::{lab, ok, workspace, Down};
 
 fn docker(args: &[&str]) -> String {
     let o = Command::new("docker").args(args).output().unwrap();
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Takes the lab down however the test ends, printing every daemon's log on failure.
-struct Down;
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for host in ["ctl", "node01", "node07"] {
-                let o = lab(&["logs", host]);
-                eprintln!(
-                    "---- {host} ----\n{}{}",
-                    String::from_utf8_lossy(&o.stdout),
-                    String::from_utf8_lossy(&o.stderr)
-                );
-            }
-        }
-        let _ = lab(&["down"]);
-    }
 }
 
 #[test]
@@ -85,7 +41,7 @@ fn the_lab_forms_in_containers_runs_jobs_shows_a_killed_node_and_leaves_nothing_
         .status()
         .unwrap();
     assert!(make.success(), "make lab-bins");
-    let _down = Down;
+    let _down = Down(&["ctl", "node01", "node07"]);
     ok(&[
         "image",
         "--bin-dir",
