@@ -91,6 +91,24 @@ impl Engine {
     }
 }
 
+/// Builds image `tag` from a build context tar (a Dockerfile and what it copies); the
+/// engine's own error when the build fails.
+pub async fn build_image(docker: &Docker, tag: &str, context: Vec<u8>) -> Result<(), String> {
+    let opts = BuildImageOptionsBuilder::default()
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let mut s = docker.build_image(opts, None, Some(bollard::body_full(context.into())));
+    while let Some(info) = s.next().await {
+        let info = info.map_err(err(format!("building {tag}")))?;
+        if let Some(e) = info.error_detail.and_then(|d| d.message) {
+            return Err(format!("building {tag}: {e}"));
+        }
+    }
+    Ok(())
+}
+
 /// Every subnet of the engine's networks, as CIDR text.
 pub fn subnets_in_use() -> Result<Vec<String>, String> {
     let engine = Engine::connect()?;
@@ -337,21 +355,9 @@ impl DockerWorld {
         if self.engine.rt.block_on(docker.inspect_image(&tag)).is_ok() {
             return Ok(tag);
         }
-        let opts = BuildImageOptionsBuilder::default()
-            .t(&tag)
-            .rm(true)
-            .forcerm(true)
-            .build();
-        self.engine.rt.block_on(async {
-            let mut s = docker.build_image(opts, None, Some(bollard::body_full(context.into())));
-            while let Some(info) = s.next().await {
-                let info = info.map_err(err("building the host image"))?;
-                if let Some(e) = info.error_detail.and_then(|d| d.message) {
-                    return Err(format!("building the host image: {e}"));
-                }
-            }
-            Ok(())
-        })?;
+        self.engine
+            .rt
+            .block_on(build_image(docker, &tag, context))?;
         Ok(tag)
     }
 

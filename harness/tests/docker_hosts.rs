@@ -118,11 +118,12 @@ fn hosts_are_containers_with_their_own_names_addresses_etc_and_proc() {
     let (_, out, _) = sh(&c, "n03", "cat /etc/extra.txt");
     assert_eq!(out, "x\n");
 
-    // A name nobody serves fails at once, without leaving the machine.
+    // A name nobody serves fails without leaving the machine, well before the ~10 s an
+    // unanswered query would take (the bound is loose: this is not a speed test).
     let started = std::time::Instant::now();
     let (ok, _, _) = sh(&c, "n01", "getent hosts no-such-host.invalid");
     assert!(!ok);
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(started.elapsed() < Duration::from_secs(6));
 }
 
 #[test]

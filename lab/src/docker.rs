@@ -13,9 +13,9 @@ use bollard::models::{
     NetworkCreateRequest, NetworkingConfig,
 };
 use bollard::query_parameters::{
-    BuildImageOptionsBuilder, CreateContainerOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, LogsOptionsBuilder,
-    RemoveContainerOptionsBuilder, RemoveImageOptionsBuilder, RestartContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    ListNetworksOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    RemoveImageOptionsBuilder, RestartContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures::{StreamExt, TryStreamExt};
@@ -70,21 +70,7 @@ impl DockerLab {
 
     /// Builds the lab image from a context tar (see `image.rs`).
     pub async fn build_image(&self, context: Vec<u8>) -> Result<(), String> {
-        let opts = BuildImageOptionsBuilder::default()
-            .t(IMAGE)
-            .rm(true)
-            .forcerm(true)
-            .build();
-        let mut stream =
-            self.docker
-                .build_image(opts, None, Some(bollard::body_full(context.into())));
-        while let Some(info) = stream.next().await {
-            let info = info.map_err(err("building the lab image"))?;
-            if let Some(e) = info.error_detail.and_then(|d| d.message) {
-                return Err(format!("building the lab image: {e}"));
-            }
-        }
-        Ok(())
+        dvmlab_harness::docker::build_image(&self.docker, IMAGE, context).await
     }
 
     pub async fn image_exists(&self) -> bool {
