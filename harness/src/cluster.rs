@@ -53,6 +53,10 @@ pub enum IpMode {
     Dual,
 }
 
+/// What [`Cluster::exec_within_bytes`] returns: the exit status (`None` if it was killed for
+/// overrunning), stdout and stderr.
+pub type ExecBytes = (Option<ExitStatus>, Vec<u8>, Vec<u8>);
+
 /// What to build.
 #[derive(Debug, Clone)]
 pub struct ClusterSpec {
@@ -660,13 +664,25 @@ impl Cluster {
     }
 
     /// Runs `argv` on `host`; kills it if it has not exited `within` (then the status is
-    /// `None`). Output is returned either way.
+    /// `None`). Output is returned either way (as text, invalid UTF-8 replaced).
     pub fn exec_within(
         &self,
         host: &str,
         argv: &[String],
         within: Duration,
     ) -> Result<(Option<ExitStatus>, String, String), String> {
+        let (st, out, err) = self.exec_within_bytes(host, argv, within)?;
+        let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+        Ok((st, text(out), text(err)))
+    }
+
+    /// [`Cluster::exec_within`], with stdout and stderr as the bytes written.
+    pub fn exec_within_bytes(
+        &self,
+        host: &str,
+        argv: &[String],
+        within: Duration,
+    ) -> Result<ExecBytes, String> {
         static EXECS: AtomicU32 = AtomicU32::new(0);
         let n = EXECS.fetch_add(1, Ordering::Relaxed);
         let out_path = self.dir.join(format!("exec-{n}.out"));
@@ -692,7 +708,7 @@ impl Cluster {
             let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
             let _ = child.wait();
         }
-        let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+        let read = |p: &Path| fs::read(p).unwrap_or_default();
         Ok((status, read(&out_path), read(&err_path)))
     }
 

@@ -35,7 +35,10 @@ impl Client {
             .await
             .map_err(|e| format!("{addr}: {e}"))?;
         match c.next(timeout).await? {
-            Frame::Welcome { .. } => Ok(c),
+            Frame::Welcome { .. } => {
+                c.framed.codec_mut().accepted();
+                Ok(c)
+            }
             Frame::Refuse { reason } => Err(format!("controller at {addr} refused: {reason}")),
             other => Err(format!(
                 "controller at {addr} answered hello with {other:?}"
@@ -71,6 +74,14 @@ impl Client {
             Some(Err(e)) => Err(format!("{addr}: {e}")),
             Some(Ok(Frame::ToolReply(r))) => Ok(r),
             Some(Ok(other)) => Err(format!("unexpected answer from the controller: {other:?}")),
+        }
+    }
+
+    /// The next reply, waiting at most `timeout`.
+    pub async fn reply_within(&mut self, timeout: Duration) -> Result<ToolReply, String> {
+        match self.next(timeout).await? {
+            Frame::ToolReply(r) => Ok(r),
+            other => Err(format!("unexpected answer from the controller: {other:?}")),
         }
     }
 

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::idset::IdSet;
 use crate::node::LinkId;
+use crate::placement::Placement;
 use crate::tree::Rank;
+use crate::wire::{base64_bytes, Stream};
 
 pub type JobId = u64;
 
@@ -26,20 +28,8 @@ pub struct JobSpec {
     pub env: Vec<(String, String)>,
     #[serde(default)]
     pub cwd: Option<String>,
-    /// The rank each process runs on: process `i` on `placement[i]`.
-    pub placement: Vec<Rank>,
-}
-
-impl JobSpec {
-    /// The indices of the processes that run on `rank`.
-    pub fn procs_on(&self, rank: Rank) -> Vec<u32> {
-        self.placement
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| **r == rank)
-            .map(|(i, _)| i as u32)
-            .collect()
-    }
+    /// Where each process runs.
+    pub placement: Placement,
 }
 
 /// How a `state-update` tuple is to be resolved (RFC 33).
@@ -121,13 +111,14 @@ pub enum ExecUp {
         id: JobId,
         ranks: IdSet,
     },
-    /// A line of a job process's output, on its way to the tool that submitted the job
+    /// Bytes a job process wrote, on their way to the tool that submitted the job
     /// (forwarded at once, like exceptions; RFC 33 leaves output collection open).
     Output {
         id: JobId,
         proc: u32,
-        stream: String,
-        data: String,
+        stream: Stream,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
     },
 }
 
@@ -149,8 +140,8 @@ pub enum JobEvent {
     Output {
         id: JobId,
         proc: u32,
-        stream: String,
-        data: String,
+        stream: Stream,
+        data: Vec<u8>,
     },
 }
 
@@ -209,12 +200,12 @@ pub enum Input {
         id: JobId,
         note: String,
     },
-    /// A line from local process `proc`.
+    /// Bytes from local process `proc`.
     ShellOutput {
         id: JobId,
         proc: u32,
-        stream: String,
-        data: String,
+        stream: Stream,
+        data: Vec<u8>,
     },
     /// Controller: these ranks became unreachable. Their shells are counted dead (finished
     /// by SIGKILL, released) and every job on them gets a fatal `node-failure` exception.
@@ -745,8 +736,8 @@ impl JobExec {
                 stream,
                 data,
             } => {
-                let (id, proc) = (*id, *proc);
-                let (stream, data) = (stream.clone(), data.clone());
+                let (id, proc, stream) = (*id, *proc, *stream);
+                let data = data.clone();
                 self.output_up(id, proc, stream, data);
                 return;
             }
@@ -822,7 +813,7 @@ impl JobExec {
         }
     }
 
-    fn output_up(&mut self, id: JobId, proc: u32, stream: String, data: String) {
+    fn output_up(&mut self, id: JobId, proc: u32, stream: Stream, data: Vec<u8>) {
         self.emit(if self.controller {
             Output::Event(JobEvent::Output {
                 id,
@@ -1030,7 +1021,7 @@ mod tests {
             argv: vec!["true".into()],
             env: vec![],
             cwd: None,
-            placement: (1..15).collect(),
+            placement: Placement::new(14, (1..15).collect(), crate::placement::MapBy::Node),
         }
     }
 

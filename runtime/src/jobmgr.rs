@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{JobReport, ProcPlace};
 use crate::idset::IdSet;
 use crate::jobexec::{self, JobEvent, JobId, JobSpec};
+use crate::limits::{
+    JOB_HISTORY, MAX_JOB_SPEC_BYTES, MAX_LIVE_JOBS, MAX_PROCS_PER_JOB, MAX_PROCS_PER_NODE,
+};
 use crate::node::LinkId;
+use crate::placement::Placement;
 use crate::tree::Rank;
-use crate::wire::{MapBy, Submit, ToolReply};
-
-/// Finished jobs kept for `pctl jobs`.
-const HISTORY: usize = 1000;
+use crate::wire::{JobSummary, Submit, ToolReply};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
@@ -67,7 +67,7 @@ pub struct Persisted {
     pub userid: u32,
     pub ranks: IdSet,
     pub spec: JobSpec,
-    pub report: JobReport,
+    pub report: JobSummary,
     pub time_limit_ms: Option<u64>,
 }
 
@@ -76,7 +76,7 @@ struct Job {
     userid: u32,
     ranks: IdSet,
     spec: JobSpec,
-    report: JobReport,
+    report: JobSummary,
     tool: Option<LinkId>,
     time_limit_ms: Option<u64>,
 }
@@ -90,16 +90,13 @@ pub struct JobManager {
     out: Vec<Output>,
 }
 
-/// Where each of `n` processes goes on `nodes` (non-empty).
-pub fn place(n: u32, nodes: &[Rank], map_by: MapBy) -> Vec<Rank> {
-    let len = nodes.len() as u32;
-    match map_by {
-        MapBy::Node => (0..n).map(|i| nodes[(i % len) as usize]).collect(),
-        MapBy::Slot => {
-            let per = n.div_ceil(len).max(1);
-            (0..n).map(|i| nodes[(i / per) as usize]).collect()
-        }
-    }
+/// The bytes a job's description takes: what [`MAX_JOB_SPEC_BYTES`] bounds.
+fn spec_bytes(job: &Submit) -> usize {
+    let strings = job.argv.iter().chain(job.hosts.iter().flatten());
+    let env = job.env.iter().map(|(k, v)| k.len() + v.len() + 2);
+    strings.map(|a| a.len() + 1).sum::<usize>()
+        + env.sum::<usize>()
+        + job.cwd.as_ref().map_or(0, String::len)
 }
 
 impl JobManager {
@@ -138,8 +135,11 @@ impl JobManager {
         match input {
             Input::Submit { link, job, joined } => self.submit(link, job, joined),
             Input::Jobs { link } => {
-                let jobs = self.jobs.values().map(|j| j.report.clone()).collect();
-                self.reply(link, ToolReply::Jobs { jobs });
+                let jobs: Vec<JobSummary> = self.jobs.values().map(|j| j.report.clone()).collect();
+                for j in jobs {
+                    self.reply(link, ToolReply::Job(j));
+                }
+                self.reply(link, ToolReply::JobsEnd);
             }
             Input::Kill { link, id, signal } => self.kill(link, id, signal),
             Input::ToolGone { link } => {
@@ -192,6 +192,33 @@ impl JobManager {
         if job.nprocs == 0 {
             return self.error(link, "a job needs at least one process (-n)".into());
         }
+        if job.nprocs > MAX_PROCS_PER_JOB {
+            return self.error(
+                link,
+                format!(
+                    "-n {}: a job may have at most {MAX_PROCS_PER_JOB} processes",
+                    job.nprocs
+                ),
+            );
+        }
+        let bytes = spec_bytes(&job);
+        if bytes > MAX_JOB_SPEC_BYTES {
+            return self.error(
+                link,
+                format!("the job's command, environment, directory and hosts take {bytes} bytes; at most {MAX_JOB_SPEC_BYTES} are accepted"),
+            );
+        }
+        let live = self
+            .jobs
+            .values()
+            .filter(|j| j.report.state != "INACTIVE")
+            .count();
+        if live >= MAX_LIVE_JOBS {
+            return self.error(
+                link,
+                format!("{live} jobs are running, the most the DVM runs at once; try again when one ends"),
+            );
+        }
         let nodes: Vec<Rank> = match &job.hosts {
             Some(hosts) => {
                 let mut v = Vec::new();
@@ -211,31 +238,29 @@ impl JobManager {
         if nodes.is_empty() {
             return self.error(link, "no joined daemon to run the job on".into());
         }
-        let placement = place(job.nprocs, &nodes, job.map_by);
-        let ranks: IdSet = placement.iter().copied().collect();
+        let placement = Placement::new(job.nprocs, nodes, job.map_by);
+        let counts = placement.counts();
+        if let Some((rank, n)) = counts.iter().find(|(_, n)| **n > MAX_PROCS_PER_NODE) {
+            let host = self.hosts.get(*rank as usize).map_or("?", String::as_str);
+            return self.error(
+                link,
+                format!("-n {}: {n} processes would run on {host} (rank {rank}); at most {MAX_PROCS_PER_NODE} of one job run on one node", job.nprocs),
+            );
+        }
+        let ranks: IdSet = counts.keys().copied().collect();
         let id = self.next_id;
         self.next_id += 1;
-        let places: Vec<ProcPlace> = placement
-            .iter()
-            .enumerate()
-            .map(|(i, r)| ProcPlace {
-                proc: i as u32,
-                rank: *r,
-                host: self.hosts.get(*r as usize).cloned().unwrap_or_default(),
-            })
-            .collect();
         let spec = JobSpec {
             argv: job.argv.clone(),
             env: job.env.clone(),
             cwd: job.cwd.clone(),
-            placement,
+            placement: placement.clone(),
         };
-        let report = JobReport {
+        let report = JobSummary {
             id,
             state: "STARTING".into(),
             argv: job.argv,
-            nprocs: job.nprocs,
-            placement: places.clone(),
+            placement: placement.clone(),
             status: None,
             exception: None,
         };
@@ -252,13 +277,7 @@ impl JobManager {
         );
         self.prune_history();
         self.persist();
-        self.reply(
-            link,
-            ToolReply::Submitted {
-                id,
-                placement: places,
-            },
-        );
+        self.reply(link, ToolReply::Submitted { id, placement });
         self.emit(Output::Exec(jobexec::Input::Submit {
             id,
             userid: job.userid,
@@ -359,7 +378,7 @@ impl JobManager {
     }
 
     fn prune_history(&mut self) {
-        while self.jobs.len() > HISTORY {
+        while self.jobs.len() > JOB_HISTORY {
             let Some(old) = self
                 .jobs
                 .iter()
@@ -393,6 +412,8 @@ impl JobManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::MapBy;
+    use crate::wire::Stream;
 
     fn submit(n: u32, map_by: MapBy, hosts: Option<Vec<String>>) -> Submit {
         Submit {
@@ -413,10 +434,51 @@ mod tests {
     }
 
     #[test]
-    fn placement_by_node_is_round_robin_and_by_slot_fills_nodes_in_turn() {
-        assert_eq!(place(5, &[1, 2, 3], MapBy::Node), vec![1, 2, 3, 1, 2]);
-        assert_eq!(place(5, &[1, 2, 3], MapBy::Slot), vec![1, 1, 2, 2, 3]);
-        assert_eq!(place(2, &[1, 2, 3], MapBy::Slot), vec![1, 2]);
+    fn jobs_past_a_limit_are_refused_and_the_manager_runs_on() {
+        let mut m = mgr();
+        for (job, why) in [
+            (
+                submit(2_000_000, MapBy::Node, None),
+                "at most 1048576 processes",
+            ),
+            (
+                submit(MAX_PROCS_PER_NODE * 3 + 1, MapBy::Node, None),
+                "processes would run on n01 (rank 1)",
+            ),
+            (
+                Submit {
+                    argv: vec!["x".repeat(MAX_JOB_SPEC_BYTES)],
+                    ..submit(1, MapBy::Node, None)
+                },
+                "at most 65536 are accepted",
+            ),
+        ] {
+            let out = m.handle(Input::Submit {
+                link: 1,
+                job,
+                joined: vec![1, 2, 3],
+            });
+            assert!(
+                matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains(why)),
+                "{why}: {out:?}"
+            );
+        }
+        for _ in 0..MAX_LIVE_JOBS {
+            m.handle(Input::Submit {
+                link: 1,
+                job: submit(1, MapBy::Node, None),
+                joined: vec![1],
+            });
+        }
+        let out = m.handle(Input::Submit {
+            link: 1,
+            job: submit(1, MapBy::Node, None),
+            joined: vec![1],
+        });
+        assert!(
+            matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains("the most the DVM runs at once")),
+            "{out:?}"
+        );
     }
 
     #[test]
@@ -445,8 +507,8 @@ mod tests {
         let out = m.handle(Input::Event(JobEvent::Output {
             id: 1,
             proc: 2,
-            stream: "stdout".into(),
-            data: "n03".into(),
+            stream: Stream::Stdout,
+            data: b"n03\n".to_vec(),
         }));
         assert!(matches!(
             &out[0],
@@ -475,7 +537,14 @@ mod tests {
         );
         let out = m.handle(Input::Jobs { link: 6 });
         assert!(
-            matches!(&out[0], Output::Reply { reply: ToolReply::Jobs { jobs }, .. } if jobs[0].state == "INACTIVE")
+            matches!(&out[0], Output::Reply { reply: ToolReply::Job(j), .. } if j.state == "INACTIVE")
+        );
+        assert_eq!(
+            out[1],
+            Output::Reply {
+                link: 6,
+                reply: ToolReply::JobsEnd
+            }
         );
     }
 

@@ -59,10 +59,12 @@ pub enum Input {
         rank: Rank,
         reason: String,
     },
-    /// A peer connected to us and said hello.
+    /// A peer connected to us and said hello; `version` is the newest protocol version both
+    /// speak (the shell checked there is one).
     Hello {
         link: LinkId,
         peer: Peer,
+        version: u32,
     },
     Frame {
         link: LinkId,
@@ -162,6 +164,11 @@ pub enum Note {
     },
     Unroutable {
         dst: Rank,
+    },
+    /// The peer on `link` did not understand something this daemon sent.
+    Unsupported {
+        link: LinkId,
+        what: String,
     },
     /// The state of the DVM job (the daemons' job) changed.
     JobState {
@@ -275,7 +282,11 @@ impl Node {
             Input::Start => self.on_start(now),
             Input::UplinkUp { link, rank } => self.on_uplink_up(now, link, rank),
             Input::UplinkFailed { rank, reason } => self.on_uplink_failed(now, rank, reason),
-            Input::Hello { link, peer } => self.on_hello(now, link, peer),
+            Input::Hello {
+                link,
+                peer,
+                version,
+            } => self.on_hello(now, link, peer, version),
             Input::Frame { link, msg } => self.on_frame(now, link, msg),
             Input::Tool { link, req } => self.on_tool(now, link, req),
             Input::Closed { link } => self.on_closed(now, link),
@@ -418,10 +429,12 @@ impl Node {
         self.emit(Output::Close { link });
     }
 
-    fn on_hello(&mut self, now: Duration, link: LinkId, peer: Peer) {
+    fn on_hello(&mut self, now: Duration, link: LinkId, peer: Peer, version: u32) {
         let welcome = Frame::Welcome {
             nspace: self.cfg.identity.nspace.clone(),
             rank: self.me,
+            version,
+            caps: crate::wire::CAPS,
         };
         match peer {
             Peer::Tool if self.is_controller() => {
@@ -508,6 +521,20 @@ impl Node {
             }
             DaemonMsg::ExecDown { msg } if from_parent => {
                 self.emit(Output::Exec(crate::jobexec::Input::Down(msg)))
+            }
+            DaemonMsg::Unknown if from_child || from_parent => {
+                self.send(
+                    link,
+                    DaemonMsg::Unsupported {
+                        what: format!(
+                            "a message of a kind protocol version {} does not have",
+                            crate::wire::VERSION
+                        ),
+                    },
+                );
+            }
+            DaemonMsg::Unsupported { what } if from_child || from_parent => {
+                self.note(Note::Unsupported { link, what });
             }
             DaemonMsg::Stopped { ranks } if from_child => {
                 if let Some(st) = self.stopping.as_mut() {
@@ -697,6 +724,16 @@ impl Node {
             ToolRequest::Submit { .. } | ToolRequest::Jobs | ToolRequest::Kill { .. } => {
                 self.emit(Output::JobTool { link, req })
             }
+            ToolRequest::Unknown => self.reply(
+                link,
+                ToolReply::Error {
+                    message: format!(
+                        "this daemon does not know that request (it speaks protocol versions {}..={})",
+                        crate::wire::MIN_VERSION,
+                        crate::wire::VERSION
+                    ),
+                },
+            ),
         }
     }
 
@@ -731,6 +768,13 @@ impl Node {
         }
         if !self.routes.contains_key(&rank) {
             let r = fail(format!("rank {rank} has not joined the DVM"));
+            return self.reply(tool, ToolReply::Ping(r));
+        }
+        if self.pings.len() >= crate::limits::MAX_PENDING_PINGS {
+            let r = fail(format!(
+                "{} pings are already in flight, the most this daemon tracks",
+                self.pings.len()
+            ));
             return self.reply(tool, ToolReply::Ping(r));
         }
         let id = self.next_ping;
@@ -1026,7 +1070,14 @@ mod tests {
             rank,
             host: format!("h{rank}"),
         };
-        n.handle(now, Input::Hello { link, peer })
+        n.handle(
+            now,
+            Input::Hello {
+                link,
+                peer,
+                version: crate::wire::VERSION,
+            },
+        )
     }
 
     fn report(n: &mut Node, now: Duration, link: LinkId, members: Vec<Member>) -> Vec<Output> {
@@ -1106,6 +1157,7 @@ mod tests {
             Input::Hello {
                 link: 99,
                 peer: Peer::Tool,
+                version: crate::wire::VERSION,
             },
         );
         c.handle(

@@ -1,32 +1,73 @@
 //! The wire protocol: every frame any DVM process sends, and the one codec that carries them.
 //!
-//! Frames are length-delimited (4-byte big-endian length, at most [`MAX_FRAME`] bytes) JSON
-//! documents. A connection opens with [`Hello`] from the connecting side, answered by
-//! `Welcome` or `Refuse`. Anything that does not decode is an error that ends the connection;
-//! nothing a peer sends can panic the receiver.
+//! Frames are length-delimited (4-byte big-endian length) JSON documents, at most
+//! [`MAX_HELLO_FRAME`] bytes until the hello is accepted and [`MAX_FRAME`] after. A connection
+//! opens with [`Hello`] from the connecting side, answered by `Welcome` (with the protocol
+//! version both speak) or `Refuse`. A frame that does not decode ends the connection; a
+//! well-formed message of a kind this side does not know (a newer peer's) is answered with an
+//! error and the link stays. Nothing a peer sends can panic the receiver.
 
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
 
-use crate::contract::{JobReport, PingReport, ProcPlace, StatusReport};
+use crate::contract::{PingReport, StatusReport};
 use crate::jobexec::{ExecDown, ExecUp, JobId};
+pub use crate::limits::{MAX_FRAME, MAX_HELLO_FRAME};
+use crate::placement::{MapBy, Placement};
 use crate::tree::Rank;
 
 /// Protocol name sent in every [`Hello`].
 pub const MAGIC: &str = "dvmlab";
-/// Protocol version; a peer with another version is refused.
-pub const VERSION: u32 = 1;
-/// Largest frame accepted.
-pub const MAX_FRAME: usize = 16 << 20;
+/// The oldest protocol version this build speaks.
+pub const MIN_VERSION: u32 = 1;
+/// The newest protocol version this build speaks. Version 2: job output as bytes, compact
+/// placements, streamed job lists, version ranges and capability bits in the hello.
+pub const VERSION: u32 = 2;
+/// Capability bits this build has (none are defined yet; a peer ignores bits it does not
+/// know, and each side uses a capability only when both have it).
+pub const CAPS: u64 = 0;
 
-/// The first frame on every connection, sent by the side that connected.
+/// The first frame on every connection, sent by the side that connected: the range of
+/// protocol versions it speaks, and its capability bits.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     pub magic: String,
+    /// The newest version the sender speaks.
     pub version: u32,
+    /// The oldest version the sender speaks (a version-1 peer sends none: just `version`).
+    #[serde(default)]
+    pub min_version: Option<u32>,
+    #[serde(default)]
+    pub caps: u64,
     pub nspace: String,
     pub peer: Peer,
+}
+
+/// Which stream of a job process a piece of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Bytes as base64 in a JSON string: job output is whatever a process wrote, not text.
+pub mod base64_bytes {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        STANDARD
+            .decode(s.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// Who is connecting.
@@ -86,6 +127,12 @@ pub enum DaemonMsg {
     ExecUp { req: ExecUp },
     /// Downward: a job-exec `hello` response.
     ExecDown { msg: ExecDown },
+    /// Either way: the other side did not understand a message (it speaks an older
+    /// version); the link stays.
+    Unsupported { what: String },
+    /// A message kind this build does not know (sent by a newer peer).
+    #[serde(other)]
+    Unknown,
 }
 
 /// Payloads of routed messages.
@@ -94,16 +141,6 @@ pub enum DaemonMsg {
 pub enum Body {
     Ping { id: u64, path: Vec<Rank> },
     Pong { id: u64, path: Vec<Rank> },
-}
-
-/// How a job's processes are spread over the nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MapBy {
-    /// Round robin: process i on node i mod N.
-    Node,
-    /// Fill each node with consecutive processes before the next.
-    Slot,
 }
 
 /// A job as `prun` submits it.
@@ -138,6 +175,21 @@ pub enum ToolRequest {
         id: JobId,
         signal: i32,
     },
+    /// A request kind this build does not know (sent by a newer tool).
+    #[serde(other)]
+    Unknown,
+}
+
+/// A job in the controller's list, as it travels to a tool (which expands the placement for
+/// `pctl jobs --json`, see `contract::JobReport`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: JobId,
+    pub state: String,
+    pub argv: Vec<String>,
+    pub placement: Placement,
+    pub status: Option<i32>,
+    pub exception: Option<String>,
 }
 
 /// The controller's answers to a tool.
@@ -156,14 +208,16 @@ pub enum ToolReply {
     /// The job was accepted and placed.
     Submitted {
         id: JobId,
-        placement: Vec<ProcPlace>,
+        placement: Placement,
     },
-    /// A line a job process wrote (`stream` is `stdout` or `stderr`; `proc` its index).
+    /// Bytes job process `proc` wrote, in the order written (at most a line, or
+    /// `MAX_OUTPUT_CHUNK` bytes of a longer one).
     JobOutput {
         id: JobId,
         proc: u32,
-        stream: String,
-        data: String,
+        stream: Stream,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
     },
     /// The job is over (every rank released); `status` is the greatest wait status.
     JobEnded {
@@ -171,9 +225,10 @@ pub enum ToolReply {
         status: i32,
         exception: Option<String>,
     },
-    Jobs {
-        jobs: Vec<JobReport>,
-    },
+    /// One job of the list `Jobs` asked for: a frame per job, so the list's size never
+    /// grows a frame; `JobsEnd` follows the last.
+    Job(JobSummary),
+    JobsEnd,
     Signalled {
         id: JobId,
     },
@@ -184,14 +239,29 @@ pub enum ToolReply {
 #[serde(tag = "t", rename_all = "snake_case")]
 pub enum Frame {
     Hello(Hello),
-    Welcome { nspace: String, rank: Rank },
-    Refuse { reason: String },
+    /// `version` is the newest both sides speak; `caps` the answering side's bits.
+    Welcome {
+        nspace: String,
+        rank: Rank,
+        #[serde(default = "version_one")]
+        version: u32,
+        #[serde(default)]
+        caps: u64,
+    },
+    Refuse {
+        reason: String,
+    },
     Daemon(DaemonMsg),
     Tool(ToolRequest),
     ToolReply(ToolReply),
 }
 
-/// The codec for [`Frame`]s over any byte stream.
+fn version_one() -> u32 {
+    1
+}
+
+/// The codec for [`Frame`]s over any byte stream. It starts with the small pre-hello frame
+/// limit; [`FrameCodec::accepted`] raises it once the peer's hello is accepted.
 #[derive(Debug)]
 pub struct FrameCodec {
     inner: LengthDelimitedCodec,
@@ -201,10 +271,33 @@ impl Default for FrameCodec {
     fn default() -> Self {
         FrameCodec {
             inner: LengthDelimitedCodec::builder()
-                .max_frame_length(MAX_FRAME)
+                .max_frame_length(MAX_HELLO_FRAME)
                 .new_codec(),
         }
     }
+}
+
+impl FrameCodec {
+    /// The peer's hello was accepted (or ours was welcomed): full-size frames from now on.
+    pub fn accepted(&mut self) {
+        self.inner.set_max_frame_length(MAX_FRAME);
+    }
+}
+
+/// Encodes one frame into its bytes on the wire (length prefix included), refusing one
+/// over [`MAX_FRAME`] with an error that says how large it was.
+pub fn encode_frame(frame: &Frame) -> Result<Bytes, String> {
+    let body = serde_json::to_vec(frame).map_err(|e| format!("cannot encode frame: {e}"))?;
+    if body.len() > MAX_FRAME {
+        return Err(format!(
+            "frame of {} bytes exceeds the {MAX_FRAME}-byte limit",
+            body.len()
+        ));
+    }
+    let mut out = BytesMut::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out.freeze())
 }
 
 impl Decoder for FrameCodec {
@@ -228,8 +321,9 @@ impl Encoder<Frame> for FrameCodec {
     type Error = std::io::Error;
 
     fn encode(&mut self, item: Frame, dst: &mut BytesMut) -> Result<(), Self::Error> {
-        let bytes = serde_json::to_vec(&item)?;
-        self.inner.encode(Bytes::from(bytes), dst)
+        let bytes = encode_frame(&item).map_err(std::io::Error::other)?;
+        dst.extend_from_slice(&bytes);
+        Ok(())
     }
 }
 
@@ -238,18 +332,28 @@ impl Hello {
         Hello {
             magic: MAGIC.into(),
             version: VERSION,
+            min_version: Some(MIN_VERSION),
+            caps: CAPS,
             nspace: nspace.into(),
             peer,
         }
+    }
+
+    /// The newest version both this build and the sender speak, if any.
+    pub fn common_version(&self) -> Option<u32> {
+        let theirs = self.min_version.unwrap_or(self.version)..=self.version;
+        let v = self.version.min(VERSION);
+        (theirs.contains(&v) && v >= MIN_VERSION).then_some(v)
     }
 
     /// Why this hello cannot be accepted by a member of `nspace`, if it cannot.
     pub fn mismatch(&self, nspace: &str) -> Option<String> {
         if self.magic != MAGIC {
             Some(format!("not a {MAGIC} peer (magic {:?})", self.magic))
-        } else if self.version != VERSION {
+        } else if self.common_version().is_none() {
             Some(format!(
-                "protocol version {} not supported (this daemon speaks {VERSION})",
+                "protocol versions {}..={} not supported (this daemon speaks {MIN_VERSION}..={VERSION})",
+                self.min_version.unwrap_or(self.version),
                 self.version
             ))
         } else if self.nspace != nspace {
@@ -319,8 +423,77 @@ mod tests {
         let h = Hello::new("a-prte-dvm", Peer::Tool);
         assert!(h.mismatch("a-prte-dvm").is_none());
         assert!(h.mismatch("b-prte-dvm").unwrap().contains("namespace"));
-        let old = Hello { version: 0, ..h };
-        assert!(old.mismatch("a-prte-dvm").unwrap().contains("version"));
+        let ancient = Hello {
+            version: 0,
+            min_version: None,
+            ..h.clone()
+        };
+        assert!(ancient.mismatch("a-prte-dvm").unwrap().contains("version"));
+    }
+
+    #[test]
+    fn peers_settle_on_the_newest_version_both_speak() {
+        let h = Hello::new("a", Peer::Tool);
+        assert_eq!(h.common_version(), Some(VERSION));
+        let newer = Hello {
+            version: VERSION + 3,
+            min_version: Some(MIN_VERSION),
+            ..h.clone()
+        };
+        assert_eq!(newer.common_version(), Some(VERSION));
+        let only_newer = Hello {
+            min_version: Some(VERSION + 1),
+            ..newer
+        };
+        assert!(only_newer.mismatch("a").unwrap().contains("not supported"));
+        // A version-1 peer names one version and no range.
+        let v1: Hello = serde_json::from_str(
+            r#"{"magic":"dvmlab","version":1,"nspace":"a","peer":{"kind":"tool"}}"#,
+        )
+        .unwrap();
+        assert_eq!(v1.common_version(), Some(1));
+    }
+
+    #[test]
+    fn a_message_of_an_unknown_kind_decodes_as_unknown_not_as_an_error() {
+        let f: Frame =
+            serde_json::from_str(r#"{"t":"daemon","op":"grow_campaign","x":1}"#).unwrap();
+        assert_eq!(f, Frame::Daemon(DaemonMsg::Unknown));
+        let f: Frame = serde_json::from_str(r#"{"t":"tool","req":"events"}"#).unwrap();
+        assert_eq!(f, Frame::Tool(ToolRequest::Unknown));
+    }
+
+    #[test]
+    fn frames_past_the_limits_are_refused_before_and_after_the_hello() {
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((MAX_HELLO_FRAME + 1) as u32).to_be_bytes());
+        assert!(c.decode(&mut buf).is_err(), "a stranger's large frame");
+        let mut c = FrameCodec::default();
+        c.accepted();
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((MAX_HELLO_FRAME + 1) as u32).to_be_bytes());
+        assert_eq!(c.decode(&mut buf).unwrap(), None, "waits for the body");
+        let mut c = FrameCodec::default();
+        c.accepted();
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((MAX_FRAME + 1) as u32).to_be_bytes());
+        assert!(c.decode(&mut buf).is_err());
+        let huge = Frame::Refuse {
+            reason: "x".repeat(MAX_FRAME),
+        };
+        assert!(encode_frame(&huge).unwrap_err().contains("exceeds"));
+    }
+
+    #[test]
+    fn job_output_travels_as_bytes() {
+        let f = Frame::ToolReply(ToolReply::JobOutput {
+            id: 1,
+            proc: 0,
+            stream: Stream::Stdout,
+            data: vec![0xff, 0, b'\n'],
+        });
+        roundtrip(f);
     }
 
     proptest! {

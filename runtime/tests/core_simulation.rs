@@ -304,6 +304,7 @@ impl Sim {
                             Input::Hello {
                                 link: b,
                                 peer: Peer::Daemon { rank: from, host },
+                                version: dvmlab_runtime::wire::VERSION,
                             },
                         );
                     } else {
@@ -404,6 +405,7 @@ fn scenario(
             Input::Hello {
                 link: TOOL,
                 peer: Peer::Tool,
+                version: dvmlab_runtime::wire::VERSION,
             },
         )
     });

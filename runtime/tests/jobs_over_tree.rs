@@ -8,36 +8,12 @@ use std::time::Duration;
 
 use common::*;
 use dvmlab_harness::{wait_until, IpMode};
-use dvmlab_runtime::contract::JobReport;
-
-const PRUN: &str = env!("CARGO_BIN_EXE_prun");
-
-fn prun(dvm: &Dvm, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut argv = vec![PRUN.to_string()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let (st, out, err) = dvm
-        .cluster
-        .exec_within(&dvm.ctl, &argv, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("prun: {e}"));
-    (st.and_then(|s| s.code()), out, err)
-}
-
-fn jobs(dvm: &Dvm) -> Vec<JobReport> {
-    let (ok, out, err) = dvm.pctl(&["jobs", "--json"]);
-    assert!(ok, "pctl jobs: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
 
 #[test]
 fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
-    let Some(b) = backend("jobs", Needs::AnyBackend) else {
+    let Some((mut dvm, hosts)) = Dvm::formed("jobs", Needs::AnyBackend, 6, 2) else {
         return;
     };
-    let (_, hosts) = ctl_and_nodes(6);
-    let conf = conf_for(6).set("DVMRadix", 2);
-    let mut dvm = Dvm::new("jobs", b, IpMode::V4, &hosts, &conf);
-    dvm.cluster.start_all().unwrap();
-    dvm.wait_formed(Duration::from_secs(10));
 
     let (code, out, err) = prun(
         &dvm,
@@ -88,14 +64,9 @@ fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
 
 #[test]
 fn a_killed_daemon_leaves_no_process_of_its_job_nor_their_children_behind_and_the_job_fails() {
-    let Some(b) = backend("orphans", Needs::AnyBackend) else {
+    let Some((mut dvm, _)) = Dvm::formed("orphans", Needs::AnyBackend, 3, 2) else {
         return;
     };
-    let (_, hosts) = ctl_and_nodes(3);
-    let conf = conf_for(3).set("DVMRadix", 2);
-    let mut dvm = Dvm::new("orphans", b, IpMode::V4, &hosts, &conf);
-    dvm.cluster.start_all().unwrap();
-    dvm.wait_formed(Duration::from_secs(10));
     let marker = format!("dvlsleep{}", std::process::id());
     let err_path = dvm.cluster.run_dir().join("prun.err");
     // A grandchild in each job process's group, as well as the process itself.
@@ -146,14 +117,9 @@ fn a_killed_daemon_leaves_no_process_of_its_job_nor_their_children_behind_and_th
 
 #[test]
 fn a_controller_restarted_mid_job_recovers_it_losing_and_repeating_nothing() {
-    let Some(b) = backend("recovery", Needs::AnyBackend) else {
+    let Some((mut dvm, hosts)) = Dvm::formed("recovery", Needs::AnyBackend, 6, 2) else {
         return;
     };
-    let (_, hosts) = ctl_and_nodes(6);
-    let conf = conf_for(6).set("DVMRadix", 2);
-    let mut dvm = Dvm::new("recovery", b, IpMode::V4, &hosts, &conf);
-    dvm.cluster.start_all().unwrap();
-    dvm.wait_formed(Duration::from_secs(10));
     let marks = dvm.cluster.run_dir().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
     let gate = marks.join("go");
@@ -327,17 +293,8 @@ fn time_limits_signals_prologs_and_epilogs_do_what_they_say() {
 
     // SIGTERM to prun reaches every process of the job.
     let script = "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.05; done";
-    let mut argv = vec![PRUN.to_string()];
-    argv.extend(["sh", "-c", script].map(String::from));
     let out_path = dvm.cluster.run_dir().join("term.out");
-    let mut p = dvm
-        .cluster
-        .command(&dvm.ctl, &argv)
-        .unwrap()
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut p = spawn_prun(&dvm, &["sh", "-c", script], &out_path);
     wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
         let out = std::fs::read_to_string(&out_path).unwrap_or_default();
         match out.matches("ready").count() {

@@ -1,5 +1,6 @@
 //! `pctl`: look at and control a DVM through its controller.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -8,8 +9,8 @@ use clap::{Parser, Subcommand};
 use dvmlab_runtime::bootstrap::controller_addr;
 use dvmlab_runtime::client::Client;
 use dvmlab_runtime::conf::Params;
-use dvmlab_runtime::contract::{JobReport, MemberState, PingReport, StatusReport};
-use dvmlab_runtime::wire::{ToolReply, ToolRequest};
+use dvmlab_runtime::contract::{JobReport, MemberState, PingReport, ProcPlace, StatusReport};
+use dvmlab_runtime::wire::{JobSummary, ToolReply, ToolRequest};
 
 /// Look at and control a DVM formed by `prted --bootstrap`.
 ///
@@ -195,12 +196,24 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
         }
         Command::Jobs { json } => {
             let mut c = connect(&params, timeout).await?;
-            let jobs = match c.request(ToolRequest::Jobs, timeout).await {
-                Ok(ToolReply::Jobs { jobs }) => jobs,
-                Ok(ToolReply::Error { message }) => return Err(Failure(1, message)),
+            let hosts: HashMap<u32, String> = match c.request(ToolRequest::Status, timeout).await {
+                Ok(ToolReply::Status(s)) => {
+                    s.members.into_iter().map(|m| (m.rank, m.host)).collect()
+                }
                 Ok(other) => return Err(Failure(3, format!("unexpected reply {other:?}"))),
                 Err(e) => return Err(Failure(3, e)),
             };
+            c.send(ToolRequest::Jobs).await.map_err(|e| Failure(3, e))?;
+            let mut jobs = Vec::new();
+            loop {
+                match c.reply_within(timeout).await {
+                    Ok(ToolReply::Job(j)) => jobs.push(job_report(j, &hosts)),
+                    Ok(ToolReply::JobsEnd) => break,
+                    Ok(ToolReply::Error { message }) => return Err(Failure(1, message)),
+                    Ok(other) => return Err(Failure(3, format!("unexpected reply {other:?}"))),
+                    Err(e) => return Err(Failure(3, e)),
+                }
+            }
             if json {
                 print_json(&jobs)
             } else {
@@ -327,6 +340,29 @@ fn parse_signal(s: &str) -> Option<i32> {
     name.parse::<nix::sys::signal::Signal>()
         .ok()
         .map(|sig| sig as i32)
+}
+
+/// The contract's shape of a job: its placement written out process by process.
+fn job_report(j: JobSummary, hosts: &HashMap<u32, String>) -> JobReport {
+    let placement = (0..j.placement.nprocs)
+        .map(|proc| {
+            let rank = j.placement.rank_of(proc);
+            ProcPlace {
+                proc,
+                rank,
+                host: hosts.get(&rank).cloned().unwrap_or_default(),
+            }
+        })
+        .collect();
+    JobReport {
+        id: j.id,
+        state: j.state,
+        argv: j.argv,
+        nprocs: j.placement.nprocs,
+        placement,
+        status: j.status,
+        exception: j.exception,
+    }
 }
 
 fn print_jobs(jobs: &[JobReport]) {

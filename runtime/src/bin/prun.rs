@@ -1,5 +1,7 @@
 //! `prun`: run a job on the DVM and wait for it.
 
+use std::collections::HashMap;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -8,7 +10,8 @@ use dvmlab_runtime::bootstrap::controller_addr;
 use dvmlab_runtime::client::Client;
 use dvmlab_runtime::conf::Params;
 use dvmlab_runtime::contract::MemberState;
-use dvmlab_runtime::wire::{MapBy, Submit, ToolReply, ToolRequest};
+use dvmlab_runtime::placement::MapBy;
+use dvmlab_runtime::wire::{Stream, Submit, ToolReply, ToolRequest};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Run a job on the DVM formed by `prted --bootstrap`: its processes start on the DVM's
@@ -96,6 +99,11 @@ fn main() -> ExitCode {
     }
 }
 
+fn write_all(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(bytes)?;
+    w.flush()
+}
+
 /// The exit code for a wait status: the exit code, or 128 + the signal.
 fn exit_code(status: i32) -> u8 {
     let sig = status & 0x7f;
@@ -166,6 +174,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(|e| (3, e.to_string()))?;
     let mut id = None;
     let mut interrupts = 0;
+    let mut line_start: HashMap<(u32, Stream), bool> = HashMap::new();
     loop {
         let reply = tokio::select! {
             r = c.recv() => r.map_err(|e| (3, e))?,
@@ -189,15 +198,23 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
             ToolReply::JobOutput {
                 proc, stream, data, ..
             } => {
-                let line = if cli.tag_output {
-                    format!("[{proc}] {data}")
-                } else {
-                    data
+                // A piece that ends a line ends it; the next piece of that stream starts one.
+                let fresh = line_start.entry((proc, stream)).or_insert(true);
+                let mut bytes = Vec::with_capacity(data.len() + 12);
+                if cli.tag_output && *fresh {
+                    bytes.extend_from_slice(format!("[{proc}] ").as_bytes());
+                }
+                *fresh = data.ends_with(b"\n");
+                bytes.extend_from_slice(&data);
+                let written = match stream {
+                    Stream::Stdout => write_all(&mut std::io::stdout(), &bytes),
+                    Stream::Stderr => write_all(&mut std::io::stderr(), &bytes),
                 };
-                if stream == "stderr" {
-                    eprintln!("{line}");
-                } else {
-                    dvmlab_runtime::outln!("{line}");
+                if let Err(e) = written {
+                    // Whoever reads our output went away: the job goes on without it.
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        return Err((3, format!("cannot write the job's output: {e}")));
+                    }
                 }
             }
             ToolReply::JobEnded {

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use crate::diag::{Diagnostic, Kind, Origin};
 use crate::hostname;
 
-/// Upper bound on the number of nodes one expression may expand to, so a typo such as
-/// `n[1:1-99999999999]` is a diagnostic rather than an out-of-memory.
-pub const MAX_NODES: usize = 1_000_000;
+// The bound on how many nodes one expression may expand to, so a typo such as
+// `n[1:1-99999999999]` is a diagnostic rather than an out-of-memory.
+use crate::limits::MAX_NODES;
 
 /// How deeply `pmix[...]` may nest: one level is all PMIx produces; a few more are tolerated.
 const MAX_NESTING: usize = 4;

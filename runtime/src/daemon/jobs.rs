@@ -24,14 +24,16 @@ use tracing::warn;
 
 use super::reaper::Reaper;
 use crate::jobexec::{Input, JobId, JobSpec};
+use crate::limits::MAX_OUTPUT_CHUNK;
 use crate::tree::Rank;
+use crate::wire::Stream;
 
 /// Starts and signals job shells; reports back through `events` as job-exec inputs.
 pub struct Runner {
     me: Rank,
     prolog: Option<String>,
     epilog: Option<String>,
-    events: mpsc::UnboundedSender<Input>,
+    events: mpsc::Sender<Input>,
     /// Process groups of each job's local processes.
     groups: Arc<Mutex<HashMap<JobId, Vec<i32>>>>,
     /// Kills those groups if this daemon dies.
@@ -71,7 +73,7 @@ impl Runner {
         me: Rank,
         prolog: Option<String>,
         epilog: Option<String>,
-        events: mpsc::UnboundedSender<Input>,
+        events: mpsc::Sender<Input>,
         reaper: Reaper,
         slot: BarrierSlot,
     ) -> Runner {
@@ -115,22 +117,27 @@ impl Runner {
             self.slot.clone(),
         );
         tokio::spawn(async move {
+            // Fails only once the daemon's core is gone, and then nobody listens.
             let send = |i: Input| {
-                let _ = events.send(i);
+                let events = events.clone();
+                async move {
+                    let _ = events.send(i).await;
+                }
             };
             if let Some(p) = prolog {
                 if let Err(e) = hook(&p, id).await {
                     send(Input::LocalFailure {
                         id,
                         note: format!("prolog on rank {me} failed: {e}"),
-                    });
-                    send(Input::ShellExited { id, status: 1 << 8 });
+                    })
+                    .await;
+                    send(Input::ShellExited { id, status: 1 << 8 }).await;
                     return;
                 }
             }
             let mut children = Vec::new();
             let mut readers = Vec::new();
-            let procs = spec.procs_on(me);
+            let procs = spec.placement.procs_on(me);
             if let Ok(mut b) = barriers.lock() {
                 b.entry(id).or_default().procs = procs.len();
             }
@@ -155,8 +162,8 @@ impl Runner {
                             }
                         }
                         for (stream, pipe) in [
-                            ("stdout", child.stdout.take().map(box_reader)),
-                            ("stderr", child.stderr.take().map(box_reader)),
+                            (Stream::Stdout, child.stdout.take().map(box_reader)),
+                            (Stream::Stderr, child.stderr.take().map(box_reader)),
                         ] {
                             if let Some(r) = pipe {
                                 readers.push(tokio::spawn(forward(
@@ -174,7 +181,8 @@ impl Runner {
                         send(Input::LocalFailure {
                             id,
                             note: format!("cannot start {:?} on rank {me}: {e}", spec.argv),
-                        });
+                        })
+                        .await;
                         kill_groups(&groups, id, Signal::SIGKILL);
                         for mut c in children {
                             let _ = c.wait().await;
@@ -183,12 +191,13 @@ impl Runner {
                         send(Input::ShellExited {
                             id,
                             status: 127 << 8,
-                        });
+                        })
+                        .await;
                         return;
                     }
                 }
             }
-            send(Input::ShellStarted { id });
+            send(Input::ShellStarted { id }).await;
             let mut status = 0;
             for mut c in children {
                 let st = match c.wait().await {
@@ -200,7 +209,7 @@ impl Runner {
                 };
                 status = status.max(st);
             }
-            // Every line before the exit: the tool must have all output when the job ends.
+            // All output before the exit: the tool must have all of it when the job ends.
             // (A process that left a child holding its pipes gets a second, not forever.)
             for r in readers {
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), r).await;
@@ -209,7 +218,7 @@ impl Runner {
             if let Ok(mut b) = barriers.lock() {
                 b.remove(&id);
             }
-            send(Input::ShellExited { id, status });
+            send(Input::ShellExited { id, status }).await;
         });
     }
 
@@ -227,13 +236,15 @@ impl Runner {
         tokio::spawn(async move {
             if let Some(e) = epilog {
                 if let Err(err) = hook(&e, id).await {
-                    let _ = events.send(Input::LocalFailure {
-                        id,
-                        note: format!("epilog on rank {me} failed: {err}"),
-                    });
+                    let _ = events
+                        .send(Input::LocalFailure {
+                            id,
+                            note: format!("epilog on rank {me} failed: {err}"),
+                        })
+                        .await;
                 }
             }
-            let _ = events.send(Input::EpilogDone { id });
+            let _ = events.send(Input::EpilogDone { id }).await;
         });
     }
 
@@ -278,7 +289,7 @@ fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal)
 async fn barrier_requests(
     read: tokio::net::unix::OwnedReadHalf,
     barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
-    events: mpsc::UnboundedSender<Input>,
+    events: mpsc::Sender<Input>,
     id: JobId,
 ) {
     let mut lines = BufReader::new(read).lines();
@@ -298,7 +309,7 @@ async fn barrier_requests(
             })
         });
         if complete {
-            let _ = events.send(Input::ShellBarrier { id, seq });
+            let _ = events.send(Input::ShellBarrier { id, seq }).await;
         }
     }
 }
@@ -351,7 +362,7 @@ fn spawn(
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env("DVMLAB_JOB_ID", id.to_string())
         .env("DVMLAB_PROC", proc.to_string())
-        .env("DVMLAB_NPROCS", spec.placement.len().to_string())
+        .env("DVMLAB_NPROCS", spec.placement.nprocs.to_string())
         .env("DVMLAB_BARRIER_FD", BARRIER_FD.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -368,21 +379,51 @@ fn spawn(
     Ok((child?, ours))
 }
 
-/// Sends every line of `r` to job-exec as output of process `proc`.
-async fn forward(
-    r: Reader,
-    events: mpsc::UnboundedSender<Input>,
-    id: JobId,
-    proc: u32,
-    stream: &'static str,
-) {
-    let mut lines = BufReader::new(r).lines();
-    while let Ok(Some(data)) = lines.next_line().await {
-        let _ = events.send(Input::ShellOutput {
-            id,
-            proc,
-            stream: stream.to_string(),
-            data,
-        });
+/// Sends what process `proc` writes on `r` to job-exec, as it was written: a piece per line,
+/// a line longer than [`MAX_OUTPUT_CHUNK`] in pieces of that size, and whatever is left
+/// without a newline at the end. Bytes, not text: nothing a process writes is lost or
+/// refused. The channel is bounded, so a process that writes faster than its output travels
+/// blocks in its write.
+async fn forward(r: Reader, events: mpsc::Sender<Input>, id: JobId, proc: u32, stream: Stream) {
+    let mut r = BufReader::with_capacity(MAX_OUTPUT_CHUNK, r);
+    let mut piece = Vec::new();
+    loop {
+        let buf = match r.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => buf,
+        };
+        let room = MAX_OUTPUT_CHUNK - piece.len();
+        let take = &buf[..buf.len().min(room)];
+        let (n, complete) = match take.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (take.len(), take.len() == room),
+        };
+        piece.extend_from_slice(&take[..n]);
+        r.consume(n);
+        if complete {
+            let data = std::mem::take(&mut piece);
+            if events
+                .send(Input::ShellOutput {
+                    id,
+                    proc,
+                    stream,
+                    data,
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+    if !piece.is_empty() {
+        let _ = events
+            .send(Input::ShellOutput {
+                id,
+                proc,
+                stream,
+                data: piece,
+            })
+            .await;
     }
 }

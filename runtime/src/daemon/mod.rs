@@ -9,16 +9,18 @@ mod logging;
 mod reaper;
 mod session;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -28,10 +30,13 @@ use crate::bootstrap::Prepared;
 use crate::conf::settings::expand_template;
 use crate::contract::MemberState;
 use crate::identity::Role;
+use crate::limits::{
+    EVENT_QUEUE, MAX_CONNECTIONS, MAX_LINK_QUEUE, MAX_PENDING_HANDSHAKES, OUTPUT_LOW_WATER,
+};
 use crate::node::{Input, LinkId, Node, NodeConfig, Note, Output, MISSED_HEARTBEATS};
 use crate::tree::Rank;
 use crate::uplink::Policy;
-use crate::wire::{Frame, FrameCodec, Hello, Peer};
+use crate::wire::{encode_frame, Frame, FrameCodec, Hello, Peer};
 use jobctl::{Effect, JobCtl};
 
 pub use jobs::BarrierSlot;
@@ -77,19 +82,50 @@ enum Event {
     JobTimer(crate::jobexec::JobId),
 }
 
-/// The shell's handle on one connection: its outgoing queue, and what stops its reader.
+/// The shell's handle on one connection: its outgoing queue of encoded frames (bounded by
+/// the bytes in it, [`MAX_LINK_QUEUE`]), and what stops its reader.
 struct LinkHandle {
-    tx: mpsc::UnboundedSender<Frame>,
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// Bytes queued and not yet written; the writer takes off what it wrote.
+    queued: Arc<AtomicUsize>,
     reading: CancellationToken,
+}
+
+impl LinkHandle {
+    /// Queues `frame`, or says why it cannot: too large to encode, or a peer that leaves
+    /// [`MAX_LINK_QUEUE`] bytes unread. Either way the link is to be dropped.
+    fn send(&self, frame: &Frame) -> Result<(), String> {
+        let bytes = encode_frame(frame)?;
+        let queued = self.queued.load(Ordering::Relaxed);
+        if queued + bytes.len() > MAX_LINK_QUEUE {
+            return Err(format!(
+                "the peer leaves {queued} bytes unread (at most {MAX_LINK_QUEUE} are queued)"
+            ));
+        }
+        self.queued.fetch_add(bytes.len(), Ordering::Relaxed);
+        self.tx
+            .send(bytes)
+            .map_err(|_| "its writer has stopped".to_string())
+    }
+
+    fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
 }
 
 /// Shared by the tasks that create connections.
 struct Ctx {
-    events: mpsc::UnboundedSender<Event>,
+    events: mpsc::Sender<Event>,
     handshake: Duration,
     next_link: AtomicU64,
     nspace: String,
     me: Peer,
+    /// One permit per open connection ([`MAX_CONNECTIONS`]).
+    connections: Arc<Semaphore>,
+    /// Connections refused for want of a permit, for a log line now and then.
+    refused: AtomicU64,
+    /// Signalled when a writer's queue drains below [`OUTPUT_LOW_WATER`].
+    drained: Arc<Notify>,
 }
 
 /// Runs the daemon until the DVM stops or a signal ends it.
@@ -148,7 +184,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
         controller_listed: p.membership.controller_listed,
         controller_uri: p.controller_uri().to_string(),
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
     let ctx = Arc::new(Ctx {
         events: tx,
         handshake: s.heartbeat * MISSED_HEARTBEATS,
@@ -158,6 +194,9 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
             rank: p.identity.rank,
             host: p.identity.host.clone(),
         },
+        connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+        refused: AtomicU64::new(0),
+        drained: Arc::new(Notify::new()),
     });
     let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
     let addrs: HashMap<Rank, SocketAddr> = p
@@ -172,7 +211,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
     let mut links: HashMap<LinkId, LinkHandle> = HashMap::new();
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
     let mut formed_at: Option<u64> = None;
-    let (shell_tx, mut shell_rx) = mpsc::unbounded_channel();
+    let (shell_tx, mut shell_rx) = mpsc::channel(EVENT_QUEUE);
     let runner = jobs::Runner::new(
         p.identity.rank,
         s.job_prolog.clone(),
@@ -188,20 +227,18 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
         (role == Role::Controller).then(|| session.dir().join("jobs.json")),
     );
     let mut pending = node.handle(Duration::ZERO, Input::Start);
+    // Inputs the shell itself produces (a link it had to drop), handled before new events.
+    let mut inbox: VecDeque<Input> = VecDeque::new();
 
     'main: loop {
         for e in effects.drain(..) {
             match e {
-                Effect::Send(link, frame) => {
-                    if let Some(h) = links.get(&link) {
-                        let _ = h.tx.send(frame);
-                    }
-                }
+                Effect::Send(link, frame) => send_on(&mut links, link, &frame, &mut inbox),
                 Effect::Timer(id, delay) => {
                     let ev = ctx.events.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
-                        let _ = ev.send(Event::JobTimer(id));
+                        let _ = ev.send(Event::JobTimer(id)).await;
                     });
                 }
             }
@@ -231,9 +268,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
                         st.formed_at_unix_ms = formed_at;
                         st.job_messages = Some(jobctl.counters());
                     }
-                    if let Some(h) = links.get(&link) {
-                        let _ = h.tx.send(frame);
-                    }
+                    send_on(&mut links, link, &frame, &mut inbox);
                 }
                 Output::Close { link } => {
                     if let Some(h) = links.remove(&link) {
@@ -244,7 +279,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
                     let ev = ctx.events.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
-                        let _ = ev.send(Event::Input(Input::Timer(timer)));
+                        let _ = ev.send(Event::Input(Input::Timer(timer))).await;
                     });
                 }
                 Output::Note(n) => {
@@ -262,7 +297,13 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
             // Job effects produced by node outputs go out before the next input.
             continue;
         }
-        let input = tokio::select! {
+        // Local job output is taken in only while every link has room for it; the job
+        // shells wait (and their processes block in write) meanwhile.
+        let room = links.values().all(|h| h.queued() < OUTPUT_LOW_WATER);
+        let input = if let Some(i) = inbox.pop_front() {
+            i
+        } else {
+            tokio::select! {
             ev = rx.recv() => match ev {
                 Some(Event::Input(i)) => i,
                 Some(Event::Register { link, handle, writer }) => {
@@ -277,17 +318,21 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
                 }
                 None => break 'main,
             },
-            Some(ji) = shell_rx.recv() => {
+            Some(ji) = shell_rx.recv(), if room => {
                 effects.extend(jobctl.exec(ji));
                 continue;
             }
+            _ = ctx.drained.notified(), if !room => continue,
             sig = signals.recv() => {
                 info!("received {sig}; rank {} exiting", node.rank());
                 break 'main;
             }
+            }
         };
         if let Input::Closed { link } = &input {
-            links.remove(link);
+            if let Some(h) = links.remove(link) {
+                h.reading.cancel();
+            }
             effects.extend(jobctl.tool_gone(*link));
         }
         pending = node.handle(start.elapsed(), input);
@@ -301,6 +346,26 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
     session.remove();
     info!("rank {} exited", node.rank());
     Ok(())
+}
+
+/// Queues `frame` on `link`; a link that cannot take it (see [`LinkHandle::send`]) is
+/// dropped at once and the core told, rather than left to fail its heartbeats.
+fn send_on(
+    links: &mut HashMap<LinkId, LinkHandle>,
+    link: LinkId,
+    frame: &Frame,
+    inbox: &mut VecDeque<Input>,
+) {
+    let Some(h) = links.get(&link) else {
+        return;
+    };
+    if let Err(why) = h.send(frame) {
+        warn!("link {link}: cannot send: {why}; dropping the link");
+        if let Some(h) = links.remove(&link) {
+            h.reading.cancel();
+        }
+        inbox.push_back(Input::Closed { link });
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -345,6 +410,9 @@ fn log_note(n: &Note, states: &StateLogging) {
         }
         Note::Refused { link, reason } => warn!("link {link}: {reason}"),
         Note::Unroutable { dst } => warn!("no route to rank {dst}; message dropped"),
+        Note::Unsupported { link, what } => {
+            warn!("link {link}: the peer did not understand {what}")
+        }
         Note::StopIncomplete { ranks } => {
             warn!("stop: no exit confirmation from ranks {ranks:?}")
         }
@@ -389,11 +457,26 @@ impl Signals {
     }
 }
 
+/// Accepts connections while fewer than [`MAX_PENDING_HANDSHAKES`] are still in their
+/// hello (the rest wait in the kernel's backlog), and closes at once any that would make
+/// more than [`MAX_CONNECTIONS`]: a flood of idle or slow clients cannot starve real peers
+/// or grow the daemon.
 async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
+    let handshakes = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
+        let Ok(handshake) = handshakes.clone().acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, peer)) => {
-                tokio::spawn(serve_inbound(ctx.clone(), stream, peer));
+                let Ok(conn) = ctx.connections.clone().try_acquire_owned() else {
+                    let n = ctx.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        warn!("{peer}: {MAX_CONNECTIONS} connections already open; closed ({n} so far)");
+                    }
+                    continue;
+                };
+                tokio::spawn(serve_inbound(ctx.clone(), stream, peer, handshake, conn));
             }
             Err(e) => {
                 warn!("accept failed: {e}");
@@ -404,29 +487,56 @@ async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
 }
 
 /// Starts the writer task of a connection and hands its queue to the core's task; returns the
-/// token that stops the connection's reader.
-fn register(ctx: &Ctx, link: LinkId, write: tokio::net::tcp::OwnedWriteHalf) -> CancellationToken {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Frame>();
+/// token that stops the connection's reader. A write that fails is reported to the core at
+/// once (as the link's close), so it drops the link without waiting for heartbeats.
+async fn register(
+    ctx: &Ctx,
+    link: LinkId,
+    mut write: tokio::net::tcp::OwnedWriteHalf,
+    peer: String,
+) -> CancellationToken {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let (events, left, drained) = (ctx.events.clone(), queued.clone(), ctx.drained.clone());
     let writer = tokio::spawn(async move {
-        let mut sink = FramedWrite::new(write, FrameCodec::default());
-        while let Some(f) = rx.recv().await {
-            if sink.send(f).await.is_err() {
-                break;
+        // Frames queued together go out in one write.
+        let mut batch = BytesMut::new();
+        while let Some(first) = rx.recv().await {
+            batch.extend_from_slice(&first);
+            while batch.len() < 256 << 10 {
+                match rx.try_recv() {
+                    Ok(more) => batch.extend_from_slice(&more),
+                    Err(_) => break,
+                }
             }
+            if let Err(e) = write.write_all(&batch).await {
+                warn!("{peer}: write failed: {e}; dropping the link");
+                let _ = events.send(Event::Input(Input::Closed { link })).await;
+                return;
+            }
+            let before = left.fetch_sub(batch.len(), Ordering::Relaxed);
+            if before >= OUTPUT_LOW_WATER && before - batch.len() < OUTPUT_LOW_WATER {
+                drained.notify_one();
+            }
+            batch.clear();
         }
-        let _ = sink.close().await;
-        until_acknowledged(sink.get_ref()).await;
+        let _ = write.shutdown().await;
+        until_acknowledged(&write).await;
     });
     let reading = CancellationToken::new();
     let handle = LinkHandle {
         tx,
+        queued,
         reading: reading.clone(),
     };
-    let _ = ctx.events.send(Event::Register {
-        link,
-        handle,
-        writer,
-    });
+    let _ = ctx
+        .events
+        .send(Event::Register {
+            link,
+            handle,
+            writer,
+        })
+        .await;
     reading
 }
 
@@ -450,7 +560,13 @@ async fn until_acknowledged(w: &tokio::net::tcp::OwnedWriteHalf) {
     }
 }
 
-async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
+async fn serve_inbound(
+    ctx: Arc<Ctx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    handshake: OwnedSemaphorePermit,
+    _connection: OwnedSemaphorePermit,
+) {
     let _ = stream.set_nodelay(true);
     let (read, write) = stream.into_split();
     let mut frames = FramedRead::new(read, FrameCodec::default());
@@ -461,18 +577,24 @@ async fn serve_inbound(ctx: Arc<Ctx>, stream: TcpStream, peer: SocketAddr) {
         Ok(None) => return debug!("{peer}: closed before hello"),
         Err(_) => return warn!("{peer}: no hello within {:?}; dropped", ctx.handshake),
     };
+    drop(handshake);
     if let Some(reason) = hello.mismatch(&ctx.nspace) {
         warn!("{peer}: refused: {reason}");
         let mut sink = FramedWrite::new(write, FrameCodec::default());
         let _ = sink.send(Frame::Refuse { reason }).await;
         return;
     }
+    frames.decoder_mut().accepted();
     let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
-    let reading = register(&ctx, link, write);
-    let _ = ctx.events.send(Event::Input(Input::Hello {
-        link,
-        peer: hello.peer,
-    }));
+    let reading = register(&ctx, link, write, peer.to_string()).await;
+    let _ = ctx
+        .events
+        .send(Event::Input(Input::Hello {
+            link,
+            version: hello.common_version().unwrap_or(crate::wire::MIN_VERSION),
+            peer: hello.peer,
+        }))
+        .await;
     read_frames(&ctx, link, frames, reading, &peer.to_string()).await;
 }
 
@@ -507,11 +629,11 @@ async fn read_frames(
                 break;
             }
         };
-        if ctx.events.send(Event::Input(input)).is_err() {
+        if ctx.events.send(Event::Input(input)).await.is_err() {
             return;
         }
     }
-    let _ = ctx.events.send(Event::Input(Input::Closed { link }));
+    let _ = ctx.events.send(Event::Input(Input::Closed { link })).await;
 }
 
 async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
@@ -519,10 +641,12 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
     match try_connect(&ctx, addr).await {
         Ok((stream, frames)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
-            let reading = register(&ctx, link, stream);
+            let what = format!("rank {rank} at {addr}");
+            let reading = register(&ctx, link, stream, what).await;
             let _ = ctx
                 .events
-                .send(Event::Input(Input::UplinkUp { link, rank }));
+                .send(Event::Input(Input::UplinkUp { link, rank }))
+                .await;
             read_frames(
                 &ctx,
                 link,
@@ -535,7 +659,8 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
         Err(reason) => {
             let _ = ctx
                 .events
-                .send(Event::Input(Input::UplinkFailed { rank, reason }));
+                .send(Event::Input(Input::UplinkFailed { rank, reason }))
+                .await;
         }
     }
 }
@@ -558,7 +683,10 @@ async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
         .map_err(|e| format!("hello to {addr}: {e}"))?;
     let mut frames = FramedRead::new(read, FrameCodec::default());
     match tokio::time::timeout(ctx.handshake, frames.next()).await {
-        Ok(Some(Ok(Frame::Welcome { .. }))) => Ok((sink.into_inner(), frames)),
+        Ok(Some(Ok(Frame::Welcome { .. }))) => {
+            frames.decoder_mut().accepted();
+            Ok((sink.into_inner(), frames))
+        }
         Ok(Some(Ok(Frame::Refuse { reason }))) => Err(format!("{addr} refused: {reason}")),
         Ok(Some(Ok(other))) => Err(format!("{addr} answered hello with {other:?}")),
         Ok(Some(Err(e))) => Err(format!("{addr}: {e}")),

@@ -5,10 +5,11 @@
 use std::time::{Duration, SystemTime};
 
 use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
-use dvmlab_runtime::contract::StatusReport;
+use dvmlab_runtime::contract::{JobReport, StatusReport};
 
 pub const PRTED: &str = env!("CARGO_BIN_EXE_prted");
 pub const PCTL: &str = env!("CARGO_BIN_EXE_pctl");
+pub const PRUN: &str = env!("CARGO_BIN_EXE_prun");
 
 /// What a test needs from the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +87,18 @@ pub struct Dvm {
 }
 
 impl Dvm {
+    /// A formed DVM of `ctl` and `n` nodes at `radix` over IPv4 (all started together), with
+    /// its host list; `None` after saying loudly why `test` skips.
+    pub fn formed(test: &str, needs: Needs, n: usize, radix: u32) -> Option<(Dvm, Vec<String>)> {
+        let b = backend(test, needs)?;
+        let (_, hosts) = ctl_and_nodes(n);
+        let conf = conf_for(n).set("DVMRadix", radix);
+        let mut dvm = Dvm::new(test, b, IpMode::V4, &hosts, &conf);
+        dvm.cluster.start_all().unwrap();
+        dvm.wait_formed(Duration::from_secs(10));
+        Some((dvm, hosts))
+    }
+
     /// Builds (does not start) a cluster of `hosts` sharing `conf`.
     pub fn new(
         label: &str,
@@ -174,6 +187,45 @@ impl Dvm {
             assert!(st.success(), "{h} exited with {st} after pctl stop");
         }
     }
+}
+
+/// Runs `prun ARGS` on the controller's host; returns (exit code, stdout, stderr) as bytes.
+pub fn prun_bytes(dvm: &Dvm, args: &[&str]) -> (Option<i32>, Vec<u8>, Vec<u8>) {
+    let mut argv = vec![PRUN.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let (st, out, err) = dvm
+        .cluster
+        .exec_within_bytes(&dvm.ctl, &argv, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("prun: {e}"));
+    (st.and_then(|s| s.code()), out, err)
+}
+
+/// Starts `prun ARGS` on the controller's host in the background, its stdout going to the
+/// file `out` (stderr discarded).
+pub fn spawn_prun(dvm: &Dvm, args: &[&str], out: &std::path::Path) -> std::process::Child {
+    let mut argv = vec![PRUN.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    dvm.cluster
+        .command(&dvm.ctl, &argv)
+        .unwrap()
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// [`prun_bytes`] with the output as text.
+pub fn prun(dvm: &Dvm, args: &[&str]) -> (Option<i32>, String, String) {
+    let (code, out, err) = prun_bytes(dvm, args);
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (code, text(out), text(err))
+}
+
+/// `pctl jobs --json`.
+pub fn jobs(dvm: &Dvm) -> Vec<JobReport> {
+    let (ok, out, err) = dvm.pctl(&["jobs", "--json"]);
+    assert!(ok, "pctl jobs: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 pub fn unix_ms() -> u64 {

@@ -1,0 +1,52 @@
+//! Every limit of the runtime in one place ("put a limit on everything"). Each is enforced
+//! where its comment says and has a test that crosses it; `ARCHITECTURE.md` has the table.
+//! Crossing one is a clear error for whoever crossed it, never a collapse of the DVM.
+
+/// Daemons in one DVM: the `DVMNodes` expansion and every rank list on the wire.
+pub const MAX_NODES: usize = 65_536;
+
+/// Largest frame before a connection's hello is accepted: a hello is small, so a stranger
+/// cannot make a daemon buffer much.
+pub const MAX_HELLO_FRAME: usize = 4 << 10;
+
+/// Largest frame after the hello (a status or report of a `MAX_NODES` DVM fits).
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// Bytes queued for writing on one link. A peer that does not read them is dropped: the
+/// queue never grows past this.
+pub const MAX_LINK_QUEUE: usize = 2 * MAX_FRAME;
+
+/// A daemon reads its local job processes' output only while the link that output goes to
+/// has less than this queued: a job that writes faster than the tree carries it waits.
+pub const OUTPUT_LOW_WATER: usize = 1 << 20;
+
+/// Connections a daemon holds at once, daemons and tools together; more are closed at once.
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// Connections that have not finished their hello; more wait in the kernel's backlog.
+pub const MAX_PENDING_HANDSHAKES: usize = 64;
+
+/// Events queued for a daemon's core from its connections, timers and job shells. Readers
+/// wait when it is full, so TCP pushes back on the sender.
+pub const EVENT_QUEUE: usize = 4096;
+
+/// Processes in one job.
+pub const MAX_PROCS_PER_JOB: u32 = 1 << 20;
+
+/// Processes of one job on one node.
+pub const MAX_PROCS_PER_NODE: u32 = 32_768;
+
+/// Bytes of a job's command, environment, working directory and host list together.
+pub const MAX_JOB_SPEC_BYTES: usize = 64 << 10;
+
+/// Jobs the controller runs at once (not yet INACTIVE).
+pub const MAX_LIVE_JOBS: usize = 4096;
+
+/// Finished jobs the controller remembers for `pctl jobs`.
+pub const JOB_HISTORY: usize = 1000;
+
+/// Longest piece of job output in one message; a longer line arrives in pieces.
+pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
+
+/// Pings the controller waits for at once.
+pub const MAX_PENDING_PINGS: usize = 1024;
