@@ -10,7 +10,13 @@ use serde::Deserialize;
 pub enum MemberState {
     Joined,
     Waiting,
+    /// Connected, not yet reported in (transient).
+    Joining,
     Lost,
+    /// Told to leave the DVM (an elastic DVM shrinking).
+    Departing,
+    /// Left the DVM.
+    Departed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

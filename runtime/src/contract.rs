@@ -13,8 +13,14 @@ pub enum MemberState {
     Joined,
     /// Never reported in.
     Waiting,
+    /// Connected to the controller, its report not yet in (a moment at most).
+    Joining,
     /// Reported in once, then its route was lost.
     Lost,
+    /// Told to leave the DVM, still reachable.
+    Departing,
+    /// Left the DVM.
+    Departed,
 }
 
 /// One row of `pctl status --json`'s `members`.

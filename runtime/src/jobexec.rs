@@ -8,17 +8,24 @@
 //! Sans-IO: the daemon feeds [`Input`]s and carries out [`Output`]s. Links are the daemon's
 //! (numbered by the shell); the subtree behind each child link is given as an idset.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::idset::IdSet;
 use crate::node::LinkId;
 use crate::placement::Placement;
-use crate::tree::Rank;
+use crate::tree::{RadixTree, Rank};
 use crate::wire::{base64_bytes, Stream};
 
 pub type JobId = u64;
+
+/// How many terminated strays a daemon remembers (see `JobExec::strays`).
+const STRAYS_KEPT: usize = 1024;
+
+/// Output bytes a daemon holds while its new parent has not yet answered its hello; more is
+/// dropped (and counted in the log).
+const HELD_OUTPUT: usize = 1 << 20;
 
 /// What to run, as the controller's job manager was given it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,8 +154,9 @@ pub enum JobEvent {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// The daemon's child links and the ranks behind each (the child included).
-    Children(Vec<(LinkId, IdSet)>),
+    /// The daemon's child links: each one's child rank and the ranks reachable behind it
+    /// (the child included).
+    Children(Vec<(LinkId, Rank, IdSet)>),
     /// A new upward link (or none): the hello starts over.
     Uplink(Option<LinkId>),
     Down(ExecDown),
@@ -212,6 +220,20 @@ pub enum Input {
     Lost(IdSet),
 }
 
+/// What the job shells of this daemon are to do; the daemon core passes these on to the
+/// shell as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShellCommand {
+    /// Run the prolog, then start the job's local processes.
+    Launch { id: JobId, spec: JobSpec },
+    /// Signal the job's local processes (SIGKILL for a fatal exception).
+    Kill { id: JobId, signal: i32 },
+    /// Let the local processes leave barrier `seq`.
+    BarrierDone { id: JobId, seq: u64 },
+    /// Run the local epilog (after the processes exited).
+    Epilog { id: JobId },
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     SendDown {
@@ -219,25 +241,7 @@ pub enum Output {
         msg: ExecDown,
     },
     SendUp(ExecUp),
-    /// Run the prolog, then start the job's local shell.
-    Launch {
-        id: JobId,
-        spec: JobSpec,
-    },
-    /// Signal the job's local processes (SIGKILL for a fatal exception).
-    Kill {
-        id: JobId,
-        signal: i32,
-    },
-    /// Let the local shell leave barrier `seq`.
-    BarrierDone {
-        id: JobId,
-        seq: u64,
-    },
-    /// Run the local epilog (after the shell exited).
-    Epilog {
-        id: JobId,
-    },
+    Shell(ShellCommand),
     /// Controller only.
     Event(JobEvent),
     /// Something worth an error line in the log.
@@ -292,13 +296,27 @@ pub struct Counters {
 pub struct JobExec {
     me: Rank,
     controller: bool,
+    /// The tree formula: a child speaks only for its descendants by it.
+    tree: RadixTree,
     children: Vec<(LinkId, IdSet)>,
+    /// The child rank on each child link.
+    child_ranks: BTreeMap<LinkId, Rank>,
     up: Option<LinkId>,
     /// The initial hello response came from upstream (or, on the controller, the job
     /// manager said which jobs run).
     ready: bool,
     /// Children that said hello before we were ready.
     waiting: BTreeSet<LinkId>,
+    /// Children whose hello was answered: they hear of jobs that reach their subtree later.
+    answered: BTreeSet<LinkId>,
+    /// Jobs terminated here as unknown upstream (the most recent [`STRAYS_KEPT`]). A new
+    /// parent may learn of such a job after it answered our hello: its later `add` must not
+    /// start the job a second time.
+    strays: VecDeque<JobId>,
+    /// Output waiting for the hello to be answered, its bytes, and the bytes dropped.
+    held: VecDeque<ExecUp>,
+    held_bytes: usize,
+    dropped_bytes: usize,
     jobs: BTreeMap<JobId, Job>,
     infos: BTreeMap<JobId, JobSpec>,
     pub counters: Counters,
@@ -306,14 +324,21 @@ pub struct JobExec {
 }
 
 impl JobExec {
-    pub fn new(me: Rank, controller: bool) -> JobExec {
+    pub fn new(me: Rank, controller: bool, tree: RadixTree) -> JobExec {
         JobExec {
             me,
             controller,
+            tree,
             children: Vec::new(),
+            child_ranks: BTreeMap::new(),
             up: None,
             ready: false,
             waiting: BTreeSet::new(),
+            answered: BTreeSet::new(),
+            strays: VecDeque::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            dropped_bytes: 0,
             jobs: BTreeMap::new(),
             infos: BTreeMap::new(),
             counters: Counters::default(),
@@ -328,7 +353,7 @@ impl JobExec {
 
     pub fn handle(&mut self, input: Input) -> Vec<Output> {
         match input {
-            Input::Children(c) => self.children = c,
+            Input::Children(c) => self.on_children(c),
             Input::Uplink(link) => self.on_uplink(link),
             Input::Down(msg) => self.on_down(msg),
             Input::Up { link, req } => self.on_up(link, req),
@@ -381,7 +406,7 @@ impl JobExec {
                     j.status = j.status.max(status);
                 });
                 if self.jobs.contains_key(&id) {
-                    self.emit(Output::Epilog { id });
+                    self.emit(Output::Shell(ShellCommand::Epilog { id }));
                 }
             }
             Input::EpilogDone { id } => self.local(id, |j, me| {
@@ -496,6 +521,17 @@ impl JobExec {
         for link in std::mem::take(&mut self.waiting) {
             self.answer_hello(link);
         }
+        if self.dropped_bytes > 0 {
+            self.emit(Output::Log(format!(
+                "{} bytes of job output dropped while reconnecting (at most {HELD_OUTPUT} are held)",
+                self.dropped_bytes
+            )));
+            self.dropped_bytes = 0;
+        }
+        self.held_bytes = 0;
+        for req in std::mem::take(&mut self.held) {
+            self.emit(Output::SendUp(req));
+        }
     }
 
     /// The initial `state-update` for a child: a `check` for every job running there.
@@ -508,39 +544,72 @@ impl JobExec {
         else {
             return;
         };
-        let infos: Vec<(JobId, JobSpec, IdSet)> = self
-            .jobs
+        self.answered.insert(link);
+        self.tell_child(link, &ids, true);
+    }
+
+    /// The child links changed. A child whose subtree grew after its hello was answered (a
+    /// daemon rejoined below it) is told of the jobs that reach the ranks it gained: nobody
+    /// else will tell them, and its parent would wait for them forever.
+    fn on_children(&mut self, children: Vec<(LinkId, Rank, IdSet)>) {
+        self.child_ranks = children.iter().map(|(l, r, _)| (*l, *r)).collect();
+        let children = children.into_iter().map(|(l, _, ids)| (l, ids)).collect();
+        let before = std::mem::replace(&mut self.children, children);
+        let links: BTreeSet<LinkId> = self.children.iter().map(|(l, _)| *l).collect();
+        self.answered.retain(|l| links.contains(l));
+        self.waiting.retain(|l| links.contains(l));
+        let grown: Vec<(LinkId, IdSet)> = self
+            .children
             .iter()
-            .filter(|(_, j)| j.ranks.intersects(&ids))
-            .filter_map(|(id, j)| j.spec.clone().map(|s| (*id, s, j.ranks.clone())))
+            .filter(|(l, _)| self.answered.contains(l))
+            .map(|(l, ids)| {
+                let old = before.iter().find(|(b, _)| b == l).map(|(_, i)| i);
+                (*l, old.map_or(ids.clone(), |o| ids.difference(o)))
+            })
+            .filter(|(_, added)| !added.is_empty())
             .collect();
-        // Job data first, so a restarted child can still run what it is later told to add.
-        for (id, spec, ranks) in infos {
-            self.emit(Output::SendDown {
-                link,
-                msg: ExecDown::JobInfo {
-                    idset: ranks,
-                    id,
-                    spec,
-                },
-            });
+        for (link, added) in grown {
+            self.tell_child(link, &added, false);
         }
-        let jobs: Vec<JobTuple> = self
+        // A subtree that shrank (a daemon below left it) may have completed what was still
+        // waiting for the ranks that left: those report through their new parent.
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        for id in ids {
+            self.progress(id);
+        }
+    }
+
+    /// Sends `link` the data, a `check` and any fatal exception of every job that reaches
+    /// `ids`; as the hello response (`always`) even when there is none.
+    fn tell_child(&mut self, link: LinkId, ids: &IdSet, always: bool) {
+        let reach: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.ranks.intersects(&ids))
-            .map(|(id, j)| JobTuple(*id, j.userid, UpdateType::Check, j.ranks.clone()))
+            .filter(|(_, j)| j.ranks.intersects(ids))
+            .map(|(id, _)| *id)
             .collect();
-        let fatal: Vec<ExecDown> = self
-            .jobs
-            .values()
-            .filter(|j| j.ranks.intersects(&ids))
-            .filter_map(|j| j.fatal.clone())
-            .collect();
+        if reach.is_empty() && !always {
+            return;
+        }
+        // Job data first, so a restarted child can still run what it is later told to add.
+        let mut jobs = Vec::new();
+        let mut fatal = Vec::new();
+        for id in reach {
+            let j = &self.jobs[&id];
+            jobs.push(JobTuple(id, j.userid, UpdateType::Check, j.ranks.clone()));
+            fatal.extend(j.fatal.clone());
+            if let Some(spec) = j.spec.clone() {
+                let idset = j.ranks.clone();
+                self.emit(Output::SendDown {
+                    link,
+                    msg: ExecDown::JobInfo { idset, id, spec },
+                });
+            }
+        }
         self.emit(Output::SendDown {
             link,
             msg: ExecDown::StateUpdate {
-                idset: ids,
+                idset: ids.clone(),
                 data: Jobs { jobs },
             },
         });
@@ -565,6 +634,11 @@ impl JobExec {
                 }
                 if initial {
                     self.become_ready();
+                    // Nothing went up before the new parent knew the jobs: now it does.
+                    let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+                    for id in ids {
+                        self.progress(id);
+                    }
                 }
             }
             ExecDown::JobInfo { idset, id, spec } => {
@@ -584,7 +658,7 @@ impl JobExec {
                 };
                 self.fan_out(&idset, &m);
                 if idset.contains(self.me) && self.jobs.contains_key(&id) {
-                    self.emit(Output::BarrierDone { id, seq });
+                    self.emit(Output::Shell(ShellCommand::BarrierDone { id, seq }));
                 }
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.barrier = None;
@@ -634,7 +708,7 @@ impl JobExec {
             .get(&id)
             .is_some_and(|j| matches!(j.shell, Some(Shell::Launching | Shell::Running)));
         if running {
-            self.emit(Output::Kill { id, signal });
+            self.emit(Output::Shell(ShellCommand::Kill { id, signal }));
         }
     }
 
@@ -656,8 +730,31 @@ impl JobExec {
         self.emit(Output::Log(format!(
             "job {id} runs here but upstream does not know it: terminating it"
         )));
-        self.emit(Output::Kill { id, signal: 9 });
-        self.jobs.remove(&id);
+        self.emit(Output::Shell(ShellCommand::Kill { id, signal: 9 }));
+        if self.strays.len() == STRAYS_KEPT {
+            self.strays.pop_front();
+        }
+        self.strays.push_back(id);
+        // The subtree below forgets it too, or it would hold the job forever: nobody above
+        // will ever send its remove.
+        if let Some(j) = self.jobs.remove(&id) {
+            let kill = ExecDown::Exception {
+                idset: j.ranks.clone(),
+                id,
+                severity: 0,
+                kind: "exec".into(),
+                note: format!("job {id} is unknown upstream"),
+            };
+            self.fan_out(&j.ranks, &kill);
+            let remove = ExecDown::StateUpdate {
+                idset: j.ranks.clone(),
+                data: Jobs {
+                    jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
+                },
+            };
+            self.fan_out(&j.ranks, &remove);
+        }
+        self.infos.remove(&id);
     }
 
     /// Applies one `state-update` tuple (RFC 33, "add", "remove", "check").
@@ -669,6 +766,11 @@ impl JobExec {
             },
         };
         match kind {
+            // A job this daemon already terminated as a stray is not started again: it is
+            // checked instead, which counts its shell here as killed.
+            UpdateType::Add if self.strays.contains(&id) => {
+                self.apply(JobTuple(id, userid, UpdateType::Check, idset))
+            }
             UpdateType::Add => {
                 if self.jobs.contains_key(&id) {
                     return;
@@ -680,7 +782,7 @@ impl JobExec {
                     match spec {
                         Some(spec) => {
                             job.shell = Some(Shell::Launching);
-                            self.emit(Output::Launch { id, spec });
+                            self.emit(Output::Shell(ShellCommand::Launch { id, spec }));
                         }
                         None => {
                             self.jobs.insert(id, job);
@@ -721,7 +823,12 @@ impl JobExec {
     }
 
     fn on_up(&mut self, link: LinkId, req: ExecUp) {
-        match &req {
+        let Some(child) = self.child_ranks.get(&link).copied() else {
+            return self.emit(Output::Log(format!(
+                "job-exec request on link {link}, which is not a child's; ignored"
+            )));
+        };
+        let req = match req {
             ExecUp::Hello => {
                 if self.ready {
                     self.answer_hello(link);
@@ -736,11 +843,46 @@ impl JobExec {
                 stream,
                 data,
             } => {
-                let (id, proc, stream) = (*id, *proc, *stream);
-                let data = data.clone();
-                self.output_up(id, proc, stream, data);
-                return;
+                // Only output of a process placed inside the sender's subtree.
+                let placed = self
+                    .infos
+                    .get(&id)
+                    .map(|s| &s.placement)
+                    .filter(|p| proc < p.nprocs)
+                    .map(|p| p.rank_of(proc));
+                if !placed.is_some_and(|r| self.tree.is_ancestor_or_self(child, r)) {
+                    return self.emit(Output::Log(format!(
+                        "output of job {id} process {proc} from rank {child}'s subtree, where it does not run; dropped"
+                    )));
+                }
+                return self.output_up(id, proc, stream, data);
             }
+            other => other,
+        };
+        // A daemon speaks only for its own subtree: ranks outside it are not taken.
+        let req = match req {
+            ExecUp::Start { id, ranks } => ExecUp::Start {
+                id,
+                ranks: self.within(child, id, ranks),
+            },
+            ExecUp::Barrier { id, ranks, seq } => ExecUp::Barrier {
+                id,
+                ranks: self.within(child, id, ranks),
+                seq,
+            },
+            ExecUp::Finish { id, ranks, status } => ExecUp::Finish {
+                id,
+                ranks: self.within(child, id, ranks),
+                status,
+            },
+            ExecUp::Release { id, ranks } => ExecUp::Release {
+                id,
+                ranks: self.within(child, id, ranks),
+            },
+            other => other,
+        };
+        match &req {
+            ExecUp::Hello | ExecUp::Output { .. } => {}
             ExecUp::Start { .. } => self.counters.start += 1,
             ExecUp::Barrier { .. } => self.counters.barrier += 1,
             ExecUp::Finish { .. } => self.counters.finish += 1,
@@ -786,6 +928,22 @@ impl JobExec {
         }
     }
 
+    /// `ranks` restricted to the subtree of `child` by the tree formula (not to the ranks
+    /// reachable through it now: a rank that re-homed keeps its earlier reports valid); what
+    /// was outside is logged.
+    fn within(&mut self, child: Rank, id: JobId, ranks: IdSet) -> IdSet {
+        let (inside, outside): (Vec<Rank>, Vec<Rank>) = ranks
+            .iter()
+            .partition(|r| self.tree.is_ancestor_or_self(child, *r));
+        if !outside.is_empty() {
+            let outside: IdSet = outside.into_iter().collect();
+            self.emit(Output::Log(format!(
+                "job {id}: rank {child} spoke for ranks {outside} outside its subtree; ignored"
+            )));
+        }
+        inside.into_iter().collect()
+    }
+
     fn on_lost(&mut self, lost: IdSet) {
         if !self.controller {
             return;
@@ -814,21 +972,30 @@ impl JobExec {
     }
 
     fn output_up(&mut self, id: JobId, proc: u32, stream: Stream, data: Vec<u8>) {
-        self.emit(if self.controller {
-            Output::Event(JobEvent::Output {
+        if self.controller {
+            return self.emit(Output::Event(JobEvent::Output {
                 id,
                 proc,
                 stream,
                 data,
-            })
+            }));
+        }
+        let len = data.len();
+        let req = ExecUp::Output {
+            id,
+            proc,
+            stream,
+            data,
+        };
+        if self.ready {
+            self.emit(Output::SendUp(req));
+        } else if self.held_bytes + len <= HELD_OUTPUT {
+            // The parent may not know the job yet; it will once it answered the hello.
+            self.held_bytes += len;
+            self.held.push_back(req);
         } else {
-            Output::SendUp(ExecUp::Output {
-                id,
-                proc,
-                stream,
-                data,
-            })
-        });
+            self.dropped_bytes += len;
+        }
     }
 
     /// An exception goes up at once; the controller tells the job manager and, for a fatal
@@ -874,6 +1041,11 @@ impl JobExec {
     /// Reports upward (or to the job manager) whatever the subtree's part of job `id` has
     /// completed: one message per job and event, never one per rank.
     fn progress(&mut self, id: JobId) {
+        // A new parent that has not answered the hello may not know the job: what completed
+        // goes up once it has (see the initial state-update).
+        if !self.controller && !self.ready {
+            return;
+        }
         let subtree = self.subtree();
         let controller = self.controller;
         let Some(j) = self.jobs.get_mut(&id) else {
@@ -1029,7 +1201,7 @@ mod tests {
         fn new(size: u32, radix: u32) -> Sim {
             let tree = RadixTree::new(radix, size);
             let mut s = Sim {
-                mods: (0..size).map(|r| JobExec::new(r, r == 0)).collect(),
+                mods: (0..size).map(|r| JobExec::new(r, r == 0, tree)).collect(),
                 tree,
                 queue: VecDeque::new(),
                 launched: vec![],
@@ -1044,7 +1216,7 @@ mod tests {
                     .tree
                     .children(r)
                     .into_iter()
-                    .map(|c| (c as LinkId, s.subtree(c)))
+                    .map(|c| (c as LinkId, c, s.subtree(c)))
                     .collect();
                 s.push(r, Input::Children(kids));
             }
@@ -1082,10 +1254,16 @@ mod tests {
                                 );
                             }
                         }
-                        Output::Launch { id, .. } => self.launched.push((r, id)),
-                        Output::Kill { id, signal } => self.killed.push((r, id, signal)),
-                        Output::BarrierDone { id, seq } => self.barrier_done.push((r, id, seq)),
-                        Output::Epilog { id } => self.epilogs.push((r, id)),
+                        Output::Shell(ShellCommand::Launch { id, .. }) => {
+                            self.launched.push((r, id))
+                        }
+                        Output::Shell(ShellCommand::Kill { id, signal }) => {
+                            self.killed.push((r, id, signal))
+                        }
+                        Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
+                            self.barrier_done.push((r, id, seq))
+                        }
+                        Output::Shell(ShellCommand::Epilog { id }) => self.epilogs.push((r, id)),
                         Output::Event(e) => self.events.push(e),
                         Output::Log(l) => self.logs.push((r, l)),
                     }
@@ -1251,8 +1429,8 @@ mod tests {
         s.submit(5, IdSet::range(1, 2));
         s.each(&IdSet::range(1, 2), |_| Input::ShellStarted { id: 5 });
         // Rank 2 re-homes to a parent that never heard of job 5.
-        s.mods[0] = JobExec::new(0, true);
-        let kids = vec![(1, IdSet::range(1, 1)), (2, IdSet::range(2, 2))];
+        s.mods[0] = JobExec::new(0, true, s.tree);
+        let kids = vec![(1, 1, IdSet::range(1, 1)), (2, 2, IdSet::range(2, 2))];
         s.push(0, Input::Children(kids));
         s.push(0, Input::Recovered(vec![]));
         s.push(2, Input::Uplink(Some(0)));
@@ -1272,9 +1450,9 @@ mod tests {
             status: 0,
         });
         // The controller dies; a new one recovers the job list the job manager kept.
-        s.mods[0] = JobExec::new(0, true);
+        s.mods[0] = JobExec::new(0, true, s.tree);
         s.events.clear();
-        let kids = vec![(1, s.subtree(1)), (2, s.subtree(2))];
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
         s.push(0, Input::Children(kids));
         s.push(0, Input::Recovered(vec![(11, 1000, ranks.clone(), spec())]));
         s.push(1, Input::Uplink(Some(0)));
@@ -1305,11 +1483,11 @@ mod tests {
         s.submit(12, ranks.clone());
         s.each(&ranks, |_| Input::ShellStarted { id: 12 });
         // The controller dies, and its job process with it; the others keep running.
-        s.mods[0] = JobExec::new(0, true);
+        s.mods[0] = JobExec::new(0, true, s.tree);
         s.events.clear();
         // It recovers (and raises) before any child is back, as a real restart does.
         s.push(0, Input::Recovered(vec![(12, 1000, ranks.clone(), spec())]));
-        let kids = vec![(1, s.subtree(1)), (2, s.subtree(2))];
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
         s.push(0, Input::Children(kids));
         s.push(1, Input::Uplink(Some(0)));
         s.push(2, Input::Uplink(Some(0)));
@@ -1346,8 +1524,8 @@ mod tests {
 
     #[test]
     fn hello_responses_wait_for_the_upstream_hello() {
-        let mut m = JobExec::new(1, false);
-        m.handle(Input::Children(vec![(3, IdSet::range(3, 3))]));
+        let mut m = JobExec::new(1, false, RadixTree::new(2, 4));
+        m.handle(Input::Children(vec![(3, 3, IdSet::range(3, 3))]));
         m.handle(Input::Uplink(Some(0)));
         let out = m.handle(Input::Up {
             link: 3,
@@ -1374,6 +1552,46 @@ mod tests {
     }
 
     #[test]
+    fn a_child_speaks_only_for_its_own_subtree() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(8, ranks.clone());
+        // Rank 1 (subtree 1, 3, 5) claims every rank started, and output of process 1,
+        // which runs on rank 2.
+        s.push(
+            0,
+            Input::Up {
+                link: 1,
+                req: ExecUp::Start {
+                    id: 8,
+                    ranks: ranks.clone(),
+                },
+            },
+        );
+        s.push(
+            0,
+            Input::Up {
+                link: 1,
+                req: ExecUp::Output {
+                    id: 8,
+                    proc: 1,
+                    stream: Stream::Stdout,
+                    data: b"forged\n".to_vec(),
+                },
+            },
+        );
+        s.run();
+        assert!(s.events.is_empty(), "nothing taken: {:?}", s.events);
+        assert_eq!(s.logs.len(), 2, "{:?}", s.logs);
+        s.each(&"2,4,6".parse().unwrap(), |_| Input::ShellStarted { id: 8 });
+        assert_eq!(
+            s.events,
+            vec![JobEvent::Started { id: 8 }],
+            "1, 3, 5 did count"
+        );
+    }
+
+    #[test]
     fn tuples_serialize_as_the_rfcs_arrays() {
         let m = ExecDown::StateUpdate {
             idset: IdSet::range(0, 3),
@@ -1396,13 +1614,17 @@ mod tests {
         s.submit(2, ranks.clone());
         s.each(&ranks, |_| Input::ShellStarted { id: 2 });
         // The controller and rank 2 (parent of rank 5) die and come back.
-        s.mods[0] = JobExec::new(0, true);
-        s.mods[2] = JobExec::new(2, false);
+        s.mods[0] = JobExec::new(0, true, s.tree);
+        s.mods[2] = JobExec::new(2, false, s.tree);
         s.events.clear();
-        let kids0 = vec![(1, s.subtree(1)), (2, s.subtree(2)), (3, s.subtree(3))];
+        let kids0 = vec![
+            (1, 1, s.subtree(1)),
+            (2, 2, s.subtree(2)),
+            (3, 3, s.subtree(3)),
+        ];
         s.push(0, Input::Children(kids0));
         s.push(0, Input::Recovered(vec![(2, 1000, ranks.clone(), spec())]));
-        s.push(2, Input::Children(vec![(5, s.subtree(5))]));
+        s.push(2, Input::Children(vec![(5, 5, s.subtree(5))]));
         for r in [1, 2, 3] {
             s.push(r, Input::Uplink(Some(0)));
         }
@@ -1433,10 +1655,10 @@ mod tests {
         s.submit(3, ranks.clone());
         s.each(&ranks, |_| Input::ShellStarted { id: 3 });
         // Rank 2 restarts with no children yet; rank 5 (its child) comes back later.
-        s.mods[2] = JobExec::new(2, false);
+        s.mods[2] = JobExec::new(2, false, s.tree);
         s.push(2, Input::Uplink(Some(0)));
         s.run();
-        s.push(2, Input::Children(vec![(5, s.subtree(5))]));
+        s.push(2, Input::Children(vec![(5, 5, s.subtree(5))]));
         s.push(5, Input::Uplink(Some(2)));
         s.run();
         let live: IdSet = "1,3-6".parse().unwrap();

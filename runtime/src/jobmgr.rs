@@ -17,16 +17,16 @@ use crate::limits::{
 };
 use crate::node::LinkId;
 use crate::placement::Placement;
+use crate::roster::Roster;
 use crate::tree::Rank;
 use crate::wire::{JobSummary, Submit, ToolReply};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// `joined` are the ranks currently joined (the controller's view), compute nodes first.
+    /// Place and start a job on the roster's compute ranks.
     Submit {
         link: LinkId,
         job: Submit,
-        joined: Vec<Rank>,
     },
     Jobs {
         link: LinkId,
@@ -84,7 +84,6 @@ struct Job {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct JobManager {
-    hosts: Vec<String>,
     next_id: JobId,
     jobs: BTreeMap<JobId, Job>,
     out: Vec<Output>,
@@ -100,13 +99,12 @@ fn spec_bytes(job: &Submit) -> usize {
 }
 
 impl JobManager {
-    /// A job manager for a DVM whose rank `r` runs on `hosts[r]`, recovering `live` (read
+    /// A job manager recovering `live` (read
     /// back after a restart; empty on a fresh start). The first output tells job-exec which
     /// jobs run, so its hello can begin.
-    pub fn new(hosts: Vec<String>, live: Vec<Persisted>) -> (JobManager, Vec<Output>) {
+    pub fn new(live: Vec<Persisted>) -> (JobManager, Vec<Output>) {
         let next_id = live.iter().map(|p| p.id + 1).max().unwrap_or(1);
         let mut m = JobManager {
-            hosts,
             next_id,
             jobs: BTreeMap::new(),
             out: Vec::new(),
@@ -131,9 +129,10 @@ impl JobManager {
         (m, out)
     }
 
-    pub fn handle(&mut self, input: Input) -> Vec<Output> {
+    /// Feeds one input; `roster` is the DVM's membership as the controller sees it now.
+    pub fn handle(&mut self, roster: &Roster, input: Input) -> Vec<Output> {
         match input {
-            Input::Submit { link, job, joined } => self.submit(link, job, joined),
+            Input::Submit { link, job } => self.submit(roster, link, job),
             Input::Jobs { link } => {
                 let jobs: Vec<JobSummary> = self.jobs.values().map(|j| j.report.clone()).collect();
                 for j in jobs {
@@ -185,20 +184,18 @@ impl JobManager {
         self.reply(link, ToolReply::Error { message });
     }
 
-    fn submit(&mut self, link: LinkId, job: Submit, joined: Vec<Rank>) {
+    fn submit(&mut self, roster: &Roster, link: LinkId, job: Submit) {
+        let joined = roster.compute_ranks();
         if job.argv.is_empty() {
             return self.error(link, "a job needs a command".into());
         }
-        if job.nprocs == 0 {
+        if job.nprocs == Some(0) {
             return self.error(link, "a job needs at least one process (-n)".into());
         }
-        if job.nprocs > MAX_PROCS_PER_JOB {
+        if let Some(n) = job.nprocs.filter(|n| *n > MAX_PROCS_PER_JOB) {
             return self.error(
                 link,
-                format!(
-                    "-n {}: a job may have at most {MAX_PROCS_PER_JOB} processes",
-                    job.nprocs
-                ),
+                format!("-n {n}: a job may have at most {MAX_PROCS_PER_JOB} processes"),
             );
         }
         let bytes = spec_bytes(&job);
@@ -223,8 +220,8 @@ impl JobManager {
             Some(hosts) => {
                 let mut v = Vec::new();
                 for h in hosts {
-                    match self.hosts.iter().position(|x| x == h) {
-                        Some(r) if joined.contains(&(r as Rank)) => v.push(r as Rank),
+                    match roster.rank_of(h) {
+                        Some(r) if joined.contains(&r) => v.push(r),
                         Some(_) => {
                             return self.error(link, format!("host {h} has no joined daemon"))
                         }
@@ -238,13 +235,15 @@ impl JobManager {
         if nodes.is_empty() {
             return self.error(link, "no joined daemon to run the job on".into());
         }
-        let placement = Placement::new(job.nprocs, nodes, job.map_by);
+        // One process per node unless told otherwise.
+        let nprocs = job.nprocs.unwrap_or(nodes.len() as u32);
+        let placement = Placement::new(nprocs, nodes, job.map_by);
         let counts = placement.counts();
         if let Some((rank, n)) = counts.iter().find(|(_, n)| **n > MAX_PROCS_PER_NODE) {
-            let host = self.hosts.get(*rank as usize).map_or("?", String::as_str);
+            let host = roster.host(*rank);
             return self.error(
                 link,
-                format!("-n {}: {n} processes would run on {host} (rank {rank}); at most {MAX_PROCS_PER_NODE} of one job run on one node", job.nprocs),
+                format!("-n {nprocs}: {n} processes would run on {host} (rank {rank}); at most {MAX_PROCS_PER_NODE} of one job run on one node"),
             );
         }
         let ranks: IdSet = counts.keys().copied().collect();
@@ -413,6 +412,7 @@ impl JobManager {
 mod tests {
     use super::*;
     use crate::placement::MapBy;
+    use crate::roster::State;
     use crate::wire::Stream;
 
     fn submit(n: u32, map_by: MapBy, hosts: Option<Vec<String>>) -> Submit {
@@ -420,7 +420,7 @@ mod tests {
             argv: vec!["hostname".into()],
             env: vec![],
             cwd: None,
-            nprocs: n,
+            nprocs: Some(n),
             map_by,
             hosts,
             time_limit_ms: Some(500),
@@ -429,8 +429,17 @@ mod tests {
     }
 
     fn mgr() -> JobManager {
+        JobManager::new(vec![]).0
+    }
+
+    /// ctl, n01, n02, n03 with `wired` wired in (and the controller, not a compute node).
+    fn wired(wired: &[Rank]) -> Roster {
         let hosts = ["ctl", "n01", "n02", "n03"].map(String::from).to_vec();
-        JobManager::new(hosts, vec![]).0
+        let mut r = Roster::from_conf(&hosts, false, 0);
+        for w in wired {
+            r.set(*w, State::Wired);
+        }
+        r
     }
 
     #[test]
@@ -453,28 +462,28 @@ mod tests {
                 "at most 65536 are accepted",
             ),
         ] {
-            let out = m.handle(Input::Submit {
-                link: 1,
-                job,
-                joined: vec![1, 2, 3],
-            });
+            let out = m.handle(&wired(&[1, 2, 3]), Input::Submit { link: 1, job });
             assert!(
                 matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains(why)),
                 "{why}: {out:?}"
             );
         }
         for _ in 0..MAX_LIVE_JOBS {
-            m.handle(Input::Submit {
+            m.handle(
+                &wired(&[1]),
+                Input::Submit {
+                    link: 1,
+                    job: submit(1, MapBy::Node, None),
+                },
+            );
+        }
+        let out = m.handle(
+            &wired(&[1]),
+            Input::Submit {
                 link: 1,
                 job: submit(1, MapBy::Node, None),
-                joined: vec![1],
-            });
-        }
-        let out = m.handle(Input::Submit {
-            link: 1,
-            job: submit(1, MapBy::Node, None),
-            joined: vec![1],
-        });
+            },
+        );
         assert!(
             matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains("the most the DVM runs at once")),
             "{out:?}"
@@ -484,11 +493,13 @@ mod tests {
     #[test]
     fn a_job_goes_through_its_states_and_its_tool_hears_output_and_the_end() {
         let mut m = mgr();
-        let out = m.handle(Input::Submit {
-            link: 5,
-            job: submit(3, MapBy::Node, None),
-            joined: vec![1, 2, 3],
-        });
+        let out = m.handle(
+            &wired(&[1, 2, 3]),
+            Input::Submit {
+                link: 5,
+                job: submit(3, MapBy::Node, None),
+            },
+        );
         assert!(out.iter().any(|o| matches!(
             o,
             Output::Reply {
@@ -499,17 +510,20 @@ mod tests {
         assert!(out
             .iter()
             .any(|o| matches!(o, Output::Exec(jobexec::Input::Submit { id: 1, .. }))));
-        let out = m.handle(Input::Event(JobEvent::Started { id: 1 }));
+        let out = m.handle(&wired(&[]), Input::Event(JobEvent::Started { id: 1 }));
         assert!(out.contains(&Output::SetTimer {
             id: 1,
             delay: Duration::from_millis(500)
         }));
-        let out = m.handle(Input::Event(JobEvent::Output {
-            id: 1,
-            proc: 2,
-            stream: Stream::Stdout,
-            data: b"n03\n".to_vec(),
-        }));
+        let out = m.handle(
+            &wired(&[]),
+            Input::Event(JobEvent::Output {
+                id: 1,
+                proc: 2,
+                stream: Stream::Stdout,
+                data: b"n03\n".to_vec(),
+            }),
+        );
         assert!(matches!(
             &out[0],
             Output::Reply {
@@ -517,12 +531,18 @@ mod tests {
                 reply: ToolReply::JobOutput { proc: 2, .. }
             }
         ));
-        m.handle(Input::Event(JobEvent::Finished { id: 1, status: 256 }));
-        let out = m.handle(Input::Event(JobEvent::Released {
-            id: 1,
-            ranks: IdSet::range(1, 3),
-            last: true,
-        }));
+        m.handle(
+            &wired(&[]),
+            Input::Event(JobEvent::Finished { id: 1, status: 256 }),
+        );
+        let out = m.handle(
+            &wired(&[]),
+            Input::Event(JobEvent::Released {
+                id: 1,
+                ranks: IdSet::range(1, 3),
+                last: true,
+            }),
+        );
         assert!(out.contains(&Output::Reply {
             link: 5,
             reply: ToolReply::JobEnded {
@@ -535,7 +555,7 @@ mod tests {
             out.contains(&Output::Persist(vec![])),
             "an ended job is no longer live"
         );
-        let out = m.handle(Input::Jobs { link: 6 });
+        let out = m.handle(&wired(&[]), Input::Jobs { link: 6 });
         assert!(
             matches!(&out[0], Output::Reply { reply: ToolReply::Job(j), .. } if j.state == "INACTIVE")
         );
@@ -569,11 +589,7 @@ mod tests {
             ),
             (submit(1, MapBy::Node, None), vec![], "no joined daemon"),
         ] {
-            let out = m.handle(Input::Submit {
-                link: 1,
-                job,
-                joined,
-            });
+            let out = m.handle(&wired(&joined), Input::Submit { link: 1, job });
             assert!(
                 matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains(why)),
                 "{why}: {out:?}"
@@ -584,28 +600,35 @@ mod tests {
     #[test]
     fn a_time_limit_raises_a_fatal_timeout_exception_only_while_the_job_runs() {
         let mut m = mgr();
-        m.handle(Input::Submit {
-            link: 5,
-            job: submit(1, MapBy::Node, None),
-            joined: vec![1],
-        });
-        m.handle(Input::Event(JobEvent::Started { id: 1 }));
-        let out = m.handle(Input::TimeLimit(1));
+        m.handle(
+            &wired(&[1]),
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        m.handle(&wired(&[]), Input::Event(JobEvent::Started { id: 1 }));
+        let out = m.handle(&wired(&[]), Input::TimeLimit(1));
         assert!(
             matches!(&out[0], Output::Exec(jobexec::Input::Raise { severity: 0, kind, .. }) if kind == "timeout")
         );
-        m.handle(Input::Event(JobEvent::Finished { id: 1, status: 9 }));
-        assert!(m.handle(Input::TimeLimit(1)).is_empty());
+        m.handle(
+            &wired(&[]),
+            Input::Event(JobEvent::Finished { id: 1, status: 9 }),
+        );
+        assert!(m.handle(&wired(&[]), Input::TimeLimit(1)).is_empty());
     }
 
     #[test]
     fn a_restarted_manager_recovers_live_jobs_and_numbers_on() {
         let mut m = mgr();
-        let out = m.handle(Input::Submit {
-            link: 5,
-            job: submit(2, MapBy::Node, None),
-            joined: vec![1, 2],
-        });
+        let out = m.handle(
+            &wired(&[1, 2]),
+            Input::Submit {
+                link: 5,
+                job: submit(2, MapBy::Node, None),
+            },
+        );
         let Some(Output::Persist(live)) = out
             .iter()
             .find(|o| matches!(o, Output::Persist(_)))
@@ -613,15 +636,17 @@ mod tests {
         else {
             panic!("no persist: {out:?}");
         };
-        let (mut m2, first) = JobManager::new(m.hosts.clone(), live);
+        let (mut m2, first) = JobManager::new(live);
         assert!(
             matches!(&first[0], Output::Exec(jobexec::Input::Recovered(list)) if list.len() == 1)
         );
-        let out = m2.handle(Input::Submit {
-            link: 7,
-            job: submit(1, MapBy::Node, None),
-            joined: vec![1],
-        });
+        let out = m2.handle(
+            &wired(&[1]),
+            Input::Submit {
+                link: 7,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
         assert!(out.iter().any(|o| matches!(
             o,
             Output::Reply {

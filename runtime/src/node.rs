@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::contract::{MemberState, MemberStatus, PingReport, StatusReport};
 use crate::identity::{Identity, Role};
 use crate::idset::IdSet;
+use crate::roster::{Roster, State};
 use crate::tree::{RadixTree, Rank};
 use crate::uplink::{Policy, Uplink};
 use crate::wire::{Body, DaemonMsg, Frame, Member, Peer, RankEpoch, ToolReply, ToolRequest};
@@ -31,8 +32,9 @@ pub const MISSED_HEARTBEATS: u32 = 3;
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub identity: Identity,
-    /// The host of every rank, indexed by rank.
-    pub hosts: Vec<String>,
+    /// The membership `prte.conf` defines (this daemon's copy; the controller's is the one
+    /// whose states count).
+    pub roster: Roster,
     pub tree: RadixTree,
     pub policy: Policy,
     /// Heartbeat interval on daemon links.
@@ -41,7 +43,6 @@ pub struct NodeConfig {
     /// microseconds). Epochs count up from it, so a restarted daemon's reports are newer
     /// than anything its previous incarnation sent.
     pub incarnation: u64,
-    pub controller_listed: bool,
     pub controller_uri: String,
 }
 
@@ -88,9 +89,10 @@ pub enum Timer {
     Ping(u64),
 }
 
-/// Something for the shell to do.
+/// What the overlay asks of the world outside the cores; the daemon core passes these on
+/// to the shell as they are.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Output {
+pub enum Io {
     /// After `delay`, connect to `rank` and say hello; report `UplinkUp` or `UplinkFailed`.
     Connect {
         rank: Rank,
@@ -105,13 +107,19 @@ pub enum Output {
     Close {
         link: LinkId,
     },
+    Note(Note),
+    /// Flush every link and exit the process with status 0.
+    Exit,
+}
+
+/// Something for the daemon core to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Io(Io),
     SetTimer {
         timer: Timer,
         delay: Duration,
     },
-    Note(Note),
-    /// Flush every link and exit the process with status 0.
-    Exit,
     /// For the job-exec module: its topology changed, or a job-exec frame arrived on a link
     /// of the right kind (requests from children, responses from the parent).
     Exec(crate::jobexec::Input),
@@ -215,7 +223,7 @@ pub struct Node {
     uplink: Option<Uplink>,
     up: Option<(LinkId, Rank)>,
     /// What the job-exec module was last told of the topology.
-    exec_children: Vec<(LinkId, IdSet)>,
+    exec_children: Vec<(LinkId, Rank, IdSet)>,
     exec_up: Option<LinkId>,
     /// Incremented on every upward connection; sent with this daemon's reports.
     epoch: u64,
@@ -227,8 +235,8 @@ pub struct Node {
     below: HashMap<Rank, Member>,
     /// When each daemon link (up or down) last delivered anything.
     last_heard: HashMap<LinkId, Duration>,
-    /// Controller only: ranks that ever joined, for telling `waiting` from `lost`.
-    ever_joined: BTreeSet<Rank>,
+    /// The membership; on the controller, with every member's state.
+    roster: Roster,
     formed: bool,
     pings: HashMap<u64, PendingPing>,
     next_ping: u64,
@@ -253,7 +261,7 @@ impl Node {
             last_heard: HashMap::new(),
             exec_children: Vec::new(),
             exec_up: None,
-            ever_joined: BTreeSet::new(),
+            roster: cfg.roster.clone(),
             formed: false,
             pings: HashMap::new(),
             next_ping: 1,
@@ -267,6 +275,11 @@ impl Node {
         self.uplink.is_none()
     }
 
+    /// Whether `link` is a tool that said hello.
+    pub fn is_tool(&self, link: LinkId) -> bool {
+        self.tools.contains(&link)
+    }
+
     pub fn rank(&self) -> Rank {
         self.me
     }
@@ -274,6 +287,11 @@ impl Node {
     /// Whether the DVM is formed (meaningful on the controller).
     pub fn formed(&self) -> bool {
         self.formed
+    }
+
+    /// The membership as this daemon knows it.
+    pub fn roster(&self) -> &Roster {
+        &self.roster
     }
 
     /// Feeds one input at monotonic time `now`; returns what to do.
@@ -293,18 +311,19 @@ impl Node {
             Input::Timer(t) => self.on_timer(now, t),
         }
         self.exec_topology();
+        self.check();
         std::mem::take(&mut self.out)
     }
 
     /// Tells the job-exec module about new child links, subtrees or a new upward link.
     fn exec_topology(&mut self) {
-        let children: Vec<(LinkId, IdSet)> = self
+        let children: Vec<(LinkId, Rank, IdSet)> = self
             .children
             .iter()
             .map(|(l, c)| {
                 let mut ids: IdSet = c.members.iter().copied().collect();
                 ids.insert(c.rank);
-                (*l, ids)
+                (*l, c.rank, ids)
             })
             .collect();
         let up = self.up.map(|(l, _)| l);
@@ -323,18 +342,22 @@ impl Node {
     }
 
     fn note(&mut self, n: Note) {
-        self.out.push(Output::Note(n));
+        self.io(Io::Note(n));
+    }
+
+    fn io(&mut self, e: Io) {
+        self.out.push(Output::Io(e));
     }
 
     fn send(&mut self, link: LinkId, msg: DaemonMsg) {
-        self.emit(Output::Send {
+        self.io(Io::Send {
             link,
             frame: Frame::Daemon(msg),
         });
     }
 
     fn reply(&mut self, tool: LinkId, reply: ToolReply) {
-        self.emit(Output::Send {
+        self.io(Io::Send {
             link: tool,
             frame: Frame::ToolReply(reply),
         });
@@ -353,7 +376,7 @@ impl Node {
         match self.uplink.as_mut() {
             Some(u) => {
                 let a = u.start(now);
-                self.emit(Output::Connect {
+                self.io(Io::Connect {
                     rank: a.rank,
                     delay: a.delay,
                 });
@@ -411,7 +434,7 @@ impl Node {
                 retry_in: a.delay,
             });
         }
-        self.emit(Output::Connect {
+        self.io(Io::Connect {
             rank: a.rank,
             delay: a.delay,
         });
@@ -422,11 +445,11 @@ impl Node {
             link,
             reason: reason.clone(),
         });
-        self.emit(Output::Send {
+        self.io(Io::Send {
             link,
             frame: Frame::Refuse { reason },
         });
-        self.emit(Output::Close { link });
+        self.io(Io::Close { link });
     }
 
     fn on_hello(&mut self, now: Duration, link: LinkId, peer: Peer, version: u32) {
@@ -439,7 +462,7 @@ impl Node {
         match peer {
             Peer::Tool if self.is_controller() => {
                 self.tools.insert(link);
-                self.emit(Output::Send {
+                self.io(Io::Send {
                     link,
                     frame: welcome,
                 });
@@ -448,12 +471,13 @@ impl Node {
                 link,
                 format!(
                     "rank {} is not the controller; tools talk to rank 0 on {}",
-                    self.me, self.cfg.hosts[0]
+                    self.me,
+                    self.roster.host(0)
                 ),
             ),
             Peer::Daemon { rank, host } => {
-                let size = self.cfg.tree.size();
-                if rank == 0 || rank >= size || rank == self.me {
+                let size = self.roster.len();
+                if rank == 0 || !self.roster.contains(rank) || rank == self.me {
                     return self.refuse(
                         link,
                         format!("rank {rank} ({host}) is not a daemon rank of this DVM (1..{size}) or is this daemon's own"),
@@ -475,7 +499,7 @@ impl Node {
                     .collect();
                 for old in stale {
                     self.note(Note::Replaced { rank });
-                    self.emit(Output::Close { link: old });
+                    self.io(Io::Close { link: old });
                     self.drop_child(old);
                 }
                 self.children.insert(
@@ -486,10 +510,21 @@ impl Node {
                     },
                 );
                 self.last_heard.insert(link, now);
-                self.emit(Output::Send {
+                self.io(Io::Send {
                     link,
                     frame: welcome,
                 });
+                // Version 1 had no wireup message; its daemons know the membership from the
+                // conf alone.
+                if version >= 2 {
+                    let wireup = self.roster.wireup();
+                    self.send(link, DaemonMsg::Wireup { wireup });
+                }
+                // Only a rank never heard from is joining; a lost one stays lost, and a wired one
+                // (re-homing while its old route stands) stays wired, until its report.
+                if self.is_controller() && self.roster.state(rank) == Some(State::Waiting) {
+                    self.roster.set(rank, State::Joining);
+                }
                 // A daemon that reaches us while we stop is told to stop too, and awaited.
                 if let Some(st) = self.stopping.as_mut() {
                     st.pending.insert(rank);
@@ -522,6 +557,14 @@ impl Node {
             DaemonMsg::ExecDown { msg } if from_parent => {
                 self.emit(Output::Exec(crate::jobexec::Input::Down(msg)))
             }
+            DaemonMsg::Wireup { wireup } if from_parent => {
+                if let Err(e) = self.roster.apply(&wireup) {
+                    self.note(Note::Refused {
+                        link,
+                        reason: format!("membership from the parent not taken: {e}"),
+                    });
+                }
+            }
             DaemonMsg::Unknown if from_child || from_parent => {
                 self.send(
                     link,
@@ -552,16 +595,25 @@ impl Node {
                     link,
                     reason: format!("unexpected message on this link: {what}"),
                 });
-                self.emit(Output::Close { link });
+                self.io(Io::Close { link });
             }
         }
     }
 
     fn on_report(&mut self, link: LinkId, members: Vec<Member>) {
-        let size = self.cfg.tree.size();
+        let Some(child) = self.children.get(&link).map(|c| c.rank) else {
+            return;
+        };
         let mut accepted = Vec::new();
+        let mut foreign = Vec::new();
         for m in members {
-            if m.rank == 0 || m.rank >= size || m.rank == self.me {
+            if m.rank == 0 || !self.roster.contains(m.rank) || m.rank == self.me {
+                continue;
+            }
+            // A daemon speaks only for its own subtree: whoever it is connected to, the ranks
+            // below it are its descendants by the tree formula.
+            if !self.cfg.tree.is_ancestor_or_self(child, m.rank) {
+                foreign.push(m.rank);
                 continue;
             }
             match self.routes.get(&m.rank) {
@@ -587,11 +639,21 @@ impl Node {
             }
             accepted.push(m);
         }
+        if !foreign.is_empty() {
+            self.note(Note::Refused {
+                link,
+                reason: format!(
+                    "rank {child} reported ranks {foreign:?} outside its subtree; ignored"
+                ),
+            });
+        }
         if accepted.is_empty() {
             return;
         }
         if self.is_controller() {
-            self.ever_joined.extend(accepted.iter().map(|m| m.rank));
+            for m in &accepted {
+                self.roster.set(m.rank, State::Wired);
+            }
             self.check_formed();
         } else if let Some((up, _)) = self.up {
             self.send(up, DaemonMsg::Report { members: accepted });
@@ -621,6 +683,9 @@ impl Node {
             if let Some(c) = self.children.get_mut(&link) {
                 c.members.remove(&r);
             }
+            if self.is_controller() {
+                self.roster.set(r, State::Lost);
+            }
             self.note(Note::ProcState {
                 rank: r,
                 state: "LOST",
@@ -638,9 +703,9 @@ impl Node {
     }
 
     fn check_formed(&mut self) {
-        let expected = self.cfg.tree.size();
-        let joined = self.routes.len() as u32 + 1;
-        let formed = joined == expected;
+        let expected = self.roster.expected();
+        let joined = self.roster.count(State::Wired);
+        let formed = self.roster.formed();
         if formed && !self.formed {
             self.note(Note::DvmReady {
                 nspace: self.cfg.identity.nspace.clone(),
@@ -698,7 +763,7 @@ impl Node {
         };
         let report = PingReport {
             rank: p.rank,
-            host: self.cfg.hosts[p.rank as usize].clone(),
+            host: self.roster.host(p.rank).to_string(),
             ok: true,
             rtt_us: Some(now.saturating_sub(p.sent).as_micros() as u64),
             path,
@@ -738,21 +803,16 @@ impl Node {
     }
 
     fn start_ping(&mut self, now: Duration, tool: LinkId, rank: Rank) {
-        let size = self.cfg.tree.size();
+        let size = self.roster.len();
         let fail = |msg: String| PingReport {
             rank,
-            host: self
-                .cfg
-                .hosts
-                .get(rank as usize)
-                .cloned()
-                .unwrap_or_default(),
+            host: self.roster.host(rank).to_string(),
             ok: false,
             rtt_us: None,
             path: vec![],
             error: Some(msg),
         };
-        if rank >= size {
+        if !self.roster.contains(rank) {
             let r = fail(format!("rank {rank} is not in this DVM (0..{size})"));
             return self.reply(tool, ToolReply::Ping(r));
         }
@@ -872,7 +932,7 @@ impl Node {
         if let Some(t) = st.tool {
             self.reply(t, ToolReply::Stopped { unconfirmed });
         }
-        self.emit(Output::Exit);
+        self.io(Io::Exit);
     }
 
     /// Forgets child link `link` and the routes through it.
@@ -886,6 +946,9 @@ impl Node {
                 rank: child.rank,
                 state: "LOST",
             });
+        }
+        if self.is_controller() && self.roster.state(child.rank) == Some(State::Joining) {
+            self.roster.set(child.rank, State::Waiting);
         }
         let gone: Vec<Rank> = child
             .members
@@ -907,7 +970,7 @@ impl Node {
         self.note(Note::UplinkLost { rank });
         if let Some(u) = self.uplink.as_mut() {
             let a = u.lost(now);
-            self.emit(Output::Connect {
+            self.io(Io::Connect {
                 rank: a.rank,
                 delay: a.delay,
             });
@@ -944,7 +1007,7 @@ impl Node {
                 if let Some(p) = self.pings.remove(&id) {
                     let r = PingReport {
                         rank: p.rank,
-                        host: self.cfg.hosts[p.rank as usize].clone(),
+                        host: self.roster.host(p.rank).to_string(),
                         ok: false,
                         rtt_us: None,
                         path: vec![],
@@ -965,7 +1028,7 @@ impl Node {
         if let Some((up, rank)) = self.up {
             if silent(self.last_heard.get(&up)) {
                 self.note(Note::LinkDead { rank });
-                self.emit(Output::Close { link: up });
+                self.io(Io::Close { link: up });
                 self.drop_uplink(now);
             } else {
                 self.send(up, DaemonMsg::Heartbeat);
@@ -975,7 +1038,7 @@ impl Node {
         for (link, rank) in links {
             if silent(self.last_heard.get(&link)) {
                 self.note(Note::LinkDead { rank });
-                self.emit(Output::Close { link });
+                self.io(Io::Close { link });
                 self.drop_child(link);
                 if self.stopping.is_some() {
                     self.maybe_finish_stop();
@@ -992,37 +1055,63 @@ impl Node {
 
     /// The controller's view of the DVM, for `pctl status`.
     pub fn status(&self) -> StatusReport {
-        let size = self.cfg.tree.size();
-        let members = (0..size)
-            .map(|r| {
-                let joined = r == self.me || self.routes.contains_key(&r);
-                MemberStatus {
-                    rank: r,
-                    host: self.cfg.hosts[r as usize].clone(),
-                    parent: self.below.get(&r).map(|m| m.parent),
-                    tree_parent: self.cfg.tree.parent(r),
-                    state: if joined {
-                        MemberState::Joined
-                    } else if self.ever_joined.contains(&r) {
-                        MemberState::Lost
-                    } else {
-                        MemberState::Waiting
-                    },
-                }
+        let members = self
+            .roster
+            .iter()
+            .map(|(r, m)| MemberStatus {
+                rank: r,
+                host: m.host.clone(),
+                parent: self.below.get(&r).map(|m| m.parent),
+                tree_parent: self.cfg.tree.parent(r),
+                state: match m.state {
+                    State::Wired => MemberState::Joined,
+                    State::Waiting => MemberState::Waiting,
+                    State::Joining => MemberState::Joining,
+                    State::Lost => MemberState::Lost,
+                    State::Departing => MemberState::Departing,
+                    State::Departed => MemberState::Departed,
+                },
             })
             .collect();
         StatusReport {
             namespace: self.cfg.identity.nspace.clone(),
             formed: self.formed,
-            expected: size,
-            joined: self.routes.len() as u32 + 1,
+            expected: self.roster.expected(),
+            joined: self.roster.count(State::Wired),
             radix: self.cfg.tree.radix(),
-            controller_host: self.cfg.hosts[0].clone(),
+            controller_host: self.roster.host(0).to_string(),
             controller_uri: self.cfg.controller_uri.clone(),
-            controller_listed: self.cfg.controller_listed,
+            controller_listed: self.roster.controller_listed(),
             formed_at_unix_ms: None,
             members,
             job_messages: None,
+        }
+    }
+
+    /// The routing state's invariants, checked in debug builds after every input.
+    fn check(&self) {
+        for (rank, (link, _)) in &self.routes {
+            debug_assert!(
+                self.children
+                    .get(link)
+                    .is_some_and(|c| c.members.contains(rank)),
+                "rank {}: route to {rank} through link {link}, which does not list it",
+                self.me
+            );
+            debug_assert!(
+                self.children
+                    .get(link)
+                    .is_some_and(|c| self.cfg.tree.is_ancestor_or_self(c.rank, *rank)),
+                "rank {}: route to {rank} through a link outside its subtree",
+                self.me
+            );
+        }
+        if self.is_controller() {
+            debug_assert_eq!(
+                self.routes.len() as u32 + 1,
+                self.roster.count(State::Wired),
+                "every wired rank but the controller has a route"
+            );
         }
     }
 }
@@ -1036,13 +1125,13 @@ mod tests {
     fn controller(size: u32) -> Node {
         let hosts: Vec<String> = (0..size).map(|r| format!("h{r}")).collect();
         Node::new(NodeConfig {
+            roster: Roster::from_conf(&hosts, false, 0),
             identity: Identity {
                 nspace: "t-prte-dvm".into(),
                 rank: 0,
                 role: Role::Controller,
                 host: "h0".into(),
             },
-            hosts,
             tree: RadixTree::new(2, size),
             policy: Policy {
                 initial: Duration::from_millis(20),
@@ -1051,7 +1140,6 @@ mod tests {
             },
             heartbeat: HB,
             incarnation: 0,
-            controller_listed: false,
             controller_uri: "t".into(),
         })
     }
@@ -1097,10 +1185,13 @@ mod tests {
         hello(&mut c, T, 10, 1);
         hello(&mut c, T, 20, 2);
         report(&mut c, T, 10, vec![member(1, 0, 5)]);
-        // rank 3 re-homed from 1 to 2 (epoch 8); its old report via 1 (epoch 7) arrives late
-        report(&mut c, T, 20, vec![member(2, 0, 5), member(3, 2, 8)]);
+        report(&mut c, T, 20, vec![member(2, 0, 5)]);
+        // rank 3 healed from its parent 1 to the controller (epoch 8); its old report via 1
+        // (epoch 7) arrives late
+        hello(&mut c, T, 30, 3);
+        report(&mut c, T, 30, vec![member(3, 0, 8)]);
         report(&mut c, T, 10, vec![member(3, 1, 7)]);
-        assert_eq!(parent_of(&c, 3), Some(2));
+        assert_eq!(parent_of(&c, 3), Some(0));
         // and the old path's loss of rank 3 withdraws nothing
         let lost = DaemonMsg::Lost {
             ranks: vec![RankEpoch { rank: 3, epoch: 7 }],
@@ -1116,12 +1207,35 @@ mod tests {
     }
 
     #[test]
+    fn a_daemon_speaks_only_for_its_own_subtree() {
+        let mut c = controller(4);
+        hello(&mut c, T, 10, 1);
+        hello(&mut c, T, 20, 2);
+        // Rank 3 is rank 1's child by the formula: rank 2 cannot vouch for it, nor for 1.
+        let out = report(
+            &mut c,
+            T,
+            20,
+            vec![member(2, 0, 5), member(3, 2, 8), member(1, 2, 9)],
+        );
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Io(Io::Note(Note::Refused { reason, .. })) if reason.contains("[3, 1]"))),
+            "{out:?}"
+        );
+        let s = c.status();
+        assert_eq!(s.members[2].state, MemberState::Joined);
+        assert_eq!(s.members[3].state, MemberState::Waiting);
+        assert_eq!(s.members[1].state, MemberState::Joining);
+        assert!(!c.formed());
+    }
+
+    #[test]
     fn a_reconnecting_child_replaces_its_half_open_link() {
         let mut c = controller(2);
         hello(&mut c, T, 10, 1);
         report(&mut c, T, 10, vec![member(1, 0, 1)]);
         let out = hello(&mut c, T, 11, 1);
-        assert!(out.contains(&Output::Close { link: 10 }), "{out:?}");
+        assert!(out.contains(&Output::Io(Io::Close { link: 10 })), "{out:?}");
         report(&mut c, T, 11, vec![member(1, 0, 2)]);
         assert!(c.formed());
         // the old link's late close changes nothing
@@ -1138,10 +1252,10 @@ mod tests {
         let out = c.handle(HB * 2, Input::Timer(Timer::Heartbeat));
         assert!(out
             .iter()
-            .any(|o| matches!(o, Output::Send { link: 10, .. })));
+            .any(|o| matches!(o, Output::Io(Io::Send { link: 10, .. }))));
         assert!(c.formed(), "two quiet intervals are tolerated");
         let out = c.handle(HB * 4, Input::Timer(Timer::Heartbeat));
-        assert!(out.contains(&Output::Close { link: 10 }), "{out:?}");
+        assert!(out.contains(&Output::Io(Io::Close { link: 10 })), "{out:?}");
         assert!(!c.formed());
         assert_eq!(c.status().members[1].state, MemberState::Lost);
     }
@@ -1174,10 +1288,10 @@ mod tests {
     fn a_daemon_that_reaches_a_stopping_parent_is_told_to_stop() {
         let mut c = stopping_controller(3);
         let out = hello(&mut c, T, 20, 2);
-        assert!(out.contains(&Output::Send {
+        assert!(out.contains(&Output::Io(Io::Send {
             link: 20,
             frame: Frame::Daemon(DaemonMsg::Shutdown)
-        }));
+        })));
         // rank 1 confirms and goes; rank 2 never confirms: it is named
         let stopped = DaemonMsg::Stopped { ranks: vec![1] };
         c.handle(
@@ -1191,11 +1305,11 @@ mod tests {
         let out = c.handle(T, Input::Timer(Timer::StopGrace));
         assert!(
             out.iter().any(|o| matches!(o,
-            Output::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. }
+            Output::Io(Io::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. })
             if unconfirmed == &vec![2])),
             "{out:?}"
         );
-        assert!(out.contains(&Output::Exit));
+        assert!(out.contains(&Output::Io(Io::Exit)));
     }
 
     #[test]
@@ -1203,12 +1317,12 @@ mod tests {
         let mut c = stopping_controller(2);
         // The shutdown is lost with the link (a partition, say): not a confirmation.
         let out = c.handle(T, Input::Closed { link: 10 });
-        assert!(!out.contains(&Output::Exit), "{out:?}");
+        assert!(!out.contains(&Output::Io(Io::Exit)), "{out:?}");
         let out = hello(&mut c, T, 11, 1);
-        assert!(out.contains(&Output::Send {
+        assert!(out.contains(&Output::Io(Io::Send {
             link: 11,
             frame: Frame::Daemon(DaemonMsg::Shutdown)
-        }));
+        })));
         let stopped = DaemonMsg::Stopped { ranks: vec![1] };
         let out = c.handle(
             T,
@@ -1217,9 +1331,9 @@ mod tests {
                 msg: stopped,
             },
         );
-        assert!(out.contains(&Output::Exit), "{out:?}");
+        assert!(out.contains(&Output::Io(Io::Exit)), "{out:?}");
         assert!(out.iter().any(|o| matches!(o,
-            Output::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. }
+            Output::Io(Io::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. })
             if unconfirmed.is_empty())));
     }
 
@@ -1238,6 +1352,6 @@ mod tests {
             },
         };
         let out = c.handle(T, Input::Frame { link: 10, msg });
-        assert_eq!(out, vec![Output::Note(Note::Unroutable { dst: 1 })]);
+        assert_eq!(out, vec![Output::Io(Io::Note(Note::Unroutable { dst: 1 }))]);
     }
 }

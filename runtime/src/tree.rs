@@ -51,10 +51,11 @@ impl RadixTree {
         self.layer(u64::from(r)).0
     }
 
-    /// The parent of `r`, or `None` for the root or a rank outside the tree.
+    /// The parent of `r`, or `None` for the root. It does not depend on the tree's size: a
+    /// rank appended later leaves every existing rank's parent as it was.
     pub fn parent(&self, r: Rank) -> Option<Rank> {
         let r = u64::from(r);
-        if r == 0 || r >= self.size {
+        if r == 0 {
             return None;
         }
         let (_, off, width) = self.layer(r);
@@ -128,7 +129,11 @@ mod tests {
         assert_eq!(RadixTree::new(64, 1).children(0), Vec::<Rank>::new());
         assert_eq!(RadixTree::new(2, 1).parent(0), None);
         assert_eq!(RadixTree::new(1, 4).radix(), 2);
-        assert_eq!(RadixTree::new(2, 4).parent(4), None);
+        assert_eq!(
+            RadixTree::new(2, 4).parent(4),
+            RadixTree::new(2, 5).parent(4),
+            "a rank past the size has the parent it will have"
+        );
         assert_eq!(RadixTree::new(2, 12).ancestors(11), [3, 1, 0]);
     }
 

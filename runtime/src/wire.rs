@@ -127,6 +127,8 @@ pub enum DaemonMsg {
     ExecUp { req: ExecUp },
     /// Downward: a job-exec `hello` response.
     ExecDown { msg: ExecDown },
+    /// Downward, right after the welcome: the membership beyond what `prte.conf` says.
+    Wireup { wireup: crate::roster::Wireup },
     /// Either way: the other side did not understand a message (it speaks an older
     /// version); the link stays.
     Unsupported { what: String },
@@ -149,7 +151,8 @@ pub struct Submit {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<String>,
-    pub nprocs: u32,
+    /// `None`: one process per node.
+    pub nprocs: Option<u32>,
     pub map_by: MapBy,
     /// Only these hosts (by name), in this order.
     pub hosts: Option<Vec<String>>,

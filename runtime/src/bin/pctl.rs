@@ -314,7 +314,10 @@ fn print_table(s: &StatusReport) {
         let state = match m.state {
             MemberState::Joined => "joined",
             MemberState::Waiting => "waiting",
+            MemberState::Joining => "joining",
             MemberState::Lost => "lost",
+            MemberState::Departing => "departing",
+            MemberState::Departed => "departed",
         };
         dvmlab_runtime::outln!(
             "{:>6}  {:<w$}  {:>6}  {:>11}  {}",

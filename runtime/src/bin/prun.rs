@@ -9,7 +9,6 @@ use clap::{Parser, ValueEnum};
 use dvmlab_runtime::bootstrap::controller_addr;
 use dvmlab_runtime::client::Client;
 use dvmlab_runtime::conf::Params;
-use dvmlab_runtime::contract::MemberState;
 use dvmlab_runtime::placement::MapBy;
 use dvmlab_runtime::wire::{Stream, Submit, ToolReply, ToolRequest};
 use tokio::signal::unix::{signal, SignalKind};
@@ -141,24 +140,12 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
     let mut c = Client::connect(addr, &settings.namespace(), timeout)
         .await
         .map_err(|e| (3, e))?;
-    let nprocs = match (cli.np, &cli.host) {
-        (Some(n), _) => n,
-        (None, Some(hosts)) => hosts.len() as u32,
-        (None, None) => match c.request(ToolRequest::Status, timeout).await {
-            Ok(ToolReply::Status(s)) => s
-                .members
-                .iter()
-                .filter(|m| m.state == MemberState::Joined && (m.rank != 0 || s.controller_listed))
-                .count() as u32,
-            Ok(other) => return Err((3, format!("unexpected reply {other:?}"))),
-            Err(e) => return Err((3, e)),
-        },
-    };
     let job = Submit {
         argv: cli.command.clone(),
         env,
         cwd: cli.wdir.clone(),
-        nprocs,
+        // None: the controller runs one per node (joined compute node, or listed host).
+        nprocs: cli.np,
         map_by: match cli.map_by {
             Mapping::Node => MapBy::Node,
             Mapping::Slot => MapBy::Slot,

@@ -3,8 +3,8 @@
 //! One task owns the core and feeds it inputs from a channel; every connection has a reader
 //! task that turns frames into inputs and a writer task that drains an outgoing queue.
 
-mod jobctl;
 mod jobs;
+mod jobs_file;
 mod logging;
 mod reaper;
 mod session;
@@ -28,16 +28,17 @@ use tracing::{debug, info, warn};
 
 use crate::bootstrap::Prepared;
 use crate::conf::settings::expand_template;
-use crate::contract::MemberState;
+use crate::daemon_core::{DaemonCore, Input, Now, Output, Timer};
 use crate::identity::Role;
+use crate::jobexec::ShellCommand;
 use crate::limits::{
     EVENT_QUEUE, MAX_CONNECTIONS, MAX_LINK_QUEUE, MAX_PENDING_HANDSHAKES, OUTPUT_LOW_WATER,
 };
-use crate::node::{Input, LinkId, Node, NodeConfig, Note, Output, MISSED_HEARTBEATS};
+use crate::node::{self, Io, LinkId, NodeConfig, Note, MISSED_HEARTBEATS};
+use crate::roster::Roster;
 use crate::tree::Rank;
 use crate::uplink::Policy;
 use crate::wire::{encode_frame, Frame, FrameCodec, Hello, Peer};
-use jobctl::{Effect, JobCtl};
 
 pub use jobs::BarrierSlot;
 pub use logging::init as init_logging;
@@ -78,8 +79,11 @@ enum Event {
         handle: LinkHandle,
         writer: JoinHandle<()>,
     },
-    /// A job's time limit is up.
-    JobTimer(crate::jobexec::JobId),
+}
+
+/// An overlay input, as the connection tasks send it.
+fn net(i: node::Input) -> Event {
+    Event::Input(Input::Net(i))
 }
 
 /// The shell's handle on one connection: its outgoing queue of encoded frames (bounded by
@@ -169,7 +173,11 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
     );
     let cfg = NodeConfig {
         identity: p.identity.clone(),
-        hosts: p.membership.hosts.clone(),
+        roster: Roster::from_conf(
+            &p.membership.hosts,
+            p.membership.controller_listed,
+            p.identity.rank,
+        ),
         tree: p.tree,
         policy: Policy {
             initial: s.retry_initial_delay,
@@ -181,7 +189,6 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0),
-        controller_listed: p.membership.controller_listed,
         controller_uri: p.controller_uri().to_string(),
     };
     let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
@@ -206,11 +213,12 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
         .collect();
 
     let start = Instant::now();
-    let controller_listed = p.membership.controller_listed;
-    let mut node = Node::new(cfg);
+    let now = || Now {
+        mono: start.elapsed(),
+        unix_ms: unix_ms(),
+    };
     let mut links: HashMap<LinkId, LinkHandle> = HashMap::new();
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
-    let mut formed_at: Option<u64> = None;
     let (shell_tx, mut shell_rx) = mpsc::channel(EVENT_QUEUE);
     let runner = jobs::Runner::new(
         p.identity.rank,
@@ -220,82 +228,62 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
         reaper,
         slot,
     );
-    let (mut jobctl, mut effects) = JobCtl::new(
-        p.identity.rank,
-        p.membership.hosts.clone(),
-        runner,
-        (role == Role::Controller).then(|| session.dir().join("jobs.json")),
-    );
-    let mut pending = node.handle(Duration::ZERO, Input::Start);
+    let jobs_path = session.dir().join("jobs.json");
+    let (recovered, jobs_file) = match role {
+        Role::Controller => (
+            Some(jobs_file::read(&jobs_path)),
+            Some(jobs_file::JobsFile::start(jobs_path)),
+        ),
+        Role::Daemon => (None, None),
+    };
+    let mut core = DaemonCore::new(cfg, recovered);
+    let mut pending = core.handle(now(), Input::Net(node::Input::Start));
     // Inputs the shell itself produces (a link it had to drop), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();
 
     'main: loop {
-        for e in effects.drain(..) {
-            match e {
-                Effect::Send(link, frame) => send_on(&mut links, link, &frame, &mut inbox),
-                Effect::Timer(id, delay) => {
-                    let ev = ctx.events.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let _ = ev.send(Event::JobTimer(id)).await;
-                    });
-                }
-            }
-        }
         for out in pending.drain(..) {
             match out {
-                Output::Exec(i) => effects.extend(jobctl.exec(i)),
-                Output::JobTool { link, req } => {
-                    let joined = node
-                        .status()
-                        .members
-                        .iter()
-                        .filter(|m| m.state == MemberState::Joined)
-                        .filter(|m| m.rank != 0 || controller_listed)
-                        .map(|m| m.rank)
-                        .collect();
-                    effects.extend(jobctl.tool(link, req, joined));
-                }
-                Output::Connect { rank, delay } => match addrs.get(&rank) {
+                Output::Net(Io::Connect { rank, delay }) => match addrs.get(&rank) {
                     Some(&addr) => {
                         tokio::spawn(connect(ctx.clone(), rank, addr, delay));
                     }
                     None => warn!("no address for rank {rank}; cannot connect"),
                 },
-                Output::Send { link, mut frame } => {
-                    if let Frame::ToolReply(crate::wire::ToolReply::Status(st)) = &mut frame {
-                        st.formed_at_unix_ms = formed_at;
-                        st.job_messages = Some(jobctl.counters());
-                    }
-                    send_on(&mut links, link, &frame, &mut inbox);
+                Output::Net(Io::Send { link, frame }) => {
+                    send_on(&mut links, link, &frame, &mut inbox)
                 }
-                Output::Close { link } => {
+                Output::Net(Io::Close { link }) => {
                     if let Some(h) = links.remove(&link) {
                         h.reading.cancel();
                     }
                 }
+                Output::Net(Io::Note(n)) => log_note(&n, &states),
+                Output::Net(Io::Exit) => break 'main,
                 Output::SetTimer { timer, delay } => {
                     let ev = ctx.events.clone();
+                    let input = match timer {
+                        Timer::Net(t) => Input::Net(node::Input::Timer(t)),
+                        Timer::JobLimit(id) => Input::JobLimit(id),
+                    };
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
-                        let _ = ev.send(Event::Input(Input::Timer(timer))).await;
+                        let _ = ev.send(Event::Input(input)).await;
                     });
                 }
-                Output::Note(n) => {
-                    match n {
-                        Note::DvmReady { .. } => formed_at = Some(unix_ms()),
-                        Note::DvmIncomplete { .. } => formed_at = None,
-                        _ => {}
-                    }
-                    log_note(&n, &states);
+                Output::Shell(ShellCommand::Launch { id, spec }) => runner.launch(id, spec),
+                Output::Shell(ShellCommand::Kill { id, signal }) => runner.kill(id, signal),
+                Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
+                    runner.barrier_done(id, seq)
                 }
-                Output::Exit => break 'main,
+                Output::Shell(ShellCommand::Epilog { id }) => runner.epilog(id),
+                Output::Persist(live) => {
+                    if let Some(f) = &jobs_file {
+                        f.write(live);
+                    }
+                }
+                Output::Log(l) => warn!("{l}"),
             }
-        }
-        if !effects.is_empty() {
-            // Job effects produced by node outputs go out before the next input.
-            continue;
         }
         // Local job output is taken in only while every link has room for it; the job
         // shells wait (and their processes block in write) meanwhile.
@@ -304,47 +292,40 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
             i
         } else {
             tokio::select! {
-            ev = rx.recv() => match ev {
-                Some(Event::Input(i)) => i,
-                Some(Event::Register { link, handle, writer }) => {
-                    links.insert(link, handle);
-                    writers.retain(|w| !w.is_finished());
-                    writers.push(writer);
-                    continue;
+                ev = rx.recv() => match ev {
+                    Some(Event::Input(i)) => i,
+                    Some(Event::Register { link, handle, writer }) => {
+                        links.insert(link, handle);
+                        writers.retain(|w| !w.is_finished());
+                        writers.push(writer);
+                        continue;
+                    }
+                    None => break 'main,
+                },
+                Some(ji) = shell_rx.recv(), if room => Input::Shell(ji),
+                _ = ctx.drained.notified(), if !room => continue,
+                sig = signals.recv() => {
+                    info!("received {sig}; rank {} exiting", core.rank());
+                    break 'main;
                 }
-                Some(Event::JobTimer(id)) => {
-                    effects.extend(jobctl.time_limit(id));
-                    continue;
-                }
-                None => break 'main,
-            },
-            Some(ji) = shell_rx.recv(), if room => {
-                effects.extend(jobctl.exec(ji));
-                continue;
-            }
-            _ = ctx.drained.notified(), if !room => continue,
-            sig = signals.recv() => {
-                info!("received {sig}; rank {} exiting", node.rank());
-                break 'main;
-            }
             }
         };
-        if let Input::Closed { link } = &input {
+        if let Input::Net(node::Input::Closed { link }) = &input {
             if let Some(h) = links.remove(link) {
                 h.reading.cancel();
             }
-            effects.extend(jobctl.tool_gone(*link));
         }
-        pending = node.handle(start.elapsed(), input);
+        pending = core.handle(now(), input);
     }
-    jobctl.kill_all();
+    runner.kill_all();
     accept.abort();
     drop(links);
     for w in writers {
         let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
     }
+    drop(jobs_file);
     session.remove();
-    info!("rank {} exited", node.rank());
+    info!("rank {} exited", core.rank());
     Ok(())
 }
 
@@ -364,7 +345,7 @@ fn send_on(
         if let Some(h) = links.remove(&link) {
             h.reading.cancel();
         }
-        inbox.push_back(Input::Closed { link });
+        inbox.push_back(Input::Net(node::Input::Closed { link }));
     }
 }
 
@@ -511,7 +492,7 @@ async fn register(
             }
             if let Err(e) = write.write_all(&batch).await {
                 warn!("{peer}: write failed: {e}; dropping the link");
-                let _ = events.send(Event::Input(Input::Closed { link })).await;
+                let _ = events.send(net(node::Input::Closed { link })).await;
                 return;
             }
             let before = left.fetch_sub(batch.len(), Ordering::Relaxed);
@@ -589,7 +570,7 @@ async fn serve_inbound(
     let reading = register(&ctx, link, write, peer.to_string()).await;
     let _ = ctx
         .events
-        .send(Event::Input(Input::Hello {
+        .send(net(node::Input::Hello {
             link,
             version: hello.common_version().unwrap_or(crate::wire::MIN_VERSION),
             peer: hello.peer,
@@ -616,8 +597,8 @@ async fn read_frames(
             _ = reading.cancelled() => break,
         };
         let input = match item {
-            Ok(Frame::Daemon(msg)) => Input::Frame { link, msg },
-            Ok(Frame::Tool(req)) => Input::Tool { link, req },
+            Ok(Frame::Daemon(msg)) => node::Input::Frame { link, msg },
+            Ok(Frame::Tool(req)) => node::Input::Tool { link, req },
             Ok(other) => {
                 let mut what = format!("{other:?}");
                 what.truncate(200);
@@ -629,11 +610,11 @@ async fn read_frames(
                 break;
             }
         };
-        if ctx.events.send(Event::Input(input)).await.is_err() {
+        if ctx.events.send(net(input)).await.is_err() {
             return;
         }
     }
-    let _ = ctx.events.send(Event::Input(Input::Closed { link })).await;
+    let _ = ctx.events.send(net(node::Input::Closed { link })).await;
 }
 
 async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
@@ -645,7 +626,7 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
             let reading = register(&ctx, link, stream, what).await;
             let _ = ctx
                 .events
-                .send(Event::Input(Input::UplinkUp { link, rank }))
+                .send(net(node::Input::UplinkUp { link, rank }))
                 .await;
             read_frames(
                 &ctx,
@@ -659,7 +640,7 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
         Err(reason) => {
             let _ = ctx
                 .events
-                .send(Event::Input(Input::UplinkFailed { rank, reason }))
+                .send(net(node::Input::UplinkFailed { rank, reason }))
                 .await;
         }
     }
