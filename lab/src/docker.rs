@@ -292,7 +292,7 @@ impl DockerLab {
         let mut s = self.docker.logs(&container(host), Some(opts));
         while let Some(chunk) = s.next().await {
             let chunk = chunk.map_err(err(&format!("logs of {host}")))?;
-            dvmlab_runtime::stdout::bytes(&chunk.into_bytes());
+            dvmlab_host::stdout::bytes(&chunk.into_bytes());
         }
         Ok(())
     }

@@ -227,7 +227,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let lab = connect().await?;
             let t = Instant::now();
             lab.build_image(ctx).await?;
-            dvmlab_runtime::outln!(
+            dvmlab_host::outln!(
                 "built {} in {:.1} s",
                 image::IMAGE,
                 t.elapsed().as_secs_f64()
@@ -279,13 +279,13 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             let healed = partition::heal().unwrap_or(false);
             let removed = lab.down().await?;
             if healed {
-                dvmlab_runtime::outln!("removed partition rules");
+                dvmlab_host::outln!("removed partition rules");
             }
             if removed.is_empty() {
-                dvmlab_runtime::outln!("no lab was up");
+                dvmlab_host::outln!("no lab was up");
             }
             for r in removed {
-                dvmlab_runtime::outln!("removed {r}");
+                dvmlab_host::outln!("removed {r}");
             }
             Ok(0)
         }
@@ -297,7 +297,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 argv.push("--json".into());
             }
             let o = lab.exec(CONTROLLER, &argv).await?;
-            dvmlab_runtime::stdout::bytes(o.stdout.as_bytes());
+            dvmlab_host::stdout::bytes(o.stdout.as_bytes());
             eprint!("{}", o.stderr);
             if !json {
                 let mut down = Vec::new();
@@ -307,7 +307,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                     }
                 }
                 if !down.is_empty() {
-                    dvmlab_runtime::outln!("containers not running: {}", down.join(", "));
+                    dvmlab_host::outln!("containers not running: {}", down.join(", "));
                 }
             }
             Ok(if o.code == 0 { 0 } else { 1 })
@@ -321,7 +321,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 .exec_with(CONTROLLER, &full, |s, bytes| {
                     use std::io::Write;
                     match s {
-                        Stream::Out => dvmlab_runtime::stdout::bytes(bytes),
+                        Stream::Out => dvmlab_host::stdout::bytes(bytes),
                         Stream::Err => {
                             let _ = std::io::stderr().write_all(bytes);
                         }
@@ -341,7 +341,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             } else {
                 lab.start(&node).await?;
             }
-            dvmlab_runtime::outln!("{node}: restarted");
+            dvmlab_host::outln!("{node}: restarted");
             Ok(0)
         }
         Cmd::LateBoot { node } => {
@@ -351,7 +351,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 return Err(Failure(1, format!("{node} is already running")));
             }
             lab.start(&node).await?;
-            dvmlab_runtime::outln!("{node}: booted");
+            dvmlab_host::outln!("{node}: booted");
             Ok(0)
         }
         Cmd::Partition { a, b } => {
@@ -368,14 +368,14 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
                 return Err(Failure(2, "partition A B: both sides need a host".into()));
             }
             partition::partition(&sa, &sb)?;
-            dvmlab_runtime::outln!("partitioned {a} from {b}");
+            dvmlab_host::outln!("partitioned {a} from {b}");
             Ok(0)
         }
         Cmd::Heal => {
             if partition::heal()? {
-                dvmlab_runtime::outln!("healed");
+                dvmlab_host::outln!("healed");
             } else {
-                dvmlab_runtime::outln!("no partition");
+                dvmlab_host::outln!("no partition");
             }
             Ok(0)
         }
@@ -399,7 +399,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             for (name, text) in files {
                 let path = out.join(name);
                 std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-                dvmlab_runtime::outln!("wrote {}", path.display());
+                dvmlab_host::outln!("wrote {}", path.display());
             }
             Ok(0)
         }
@@ -416,7 +416,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
 async fn on_netns(cmd: &Cmd) -> Result<Option<u8>, Failure> {
     let act = |op: &str, node: &str, what: &str| -> Result<Option<u8>, Failure> {
         netns::ask(serde_json::json!({"op": op, "host": node}))?;
-        dvmlab_runtime::outln!("{node}: {what}");
+        dvmlab_host::outln!("{node}: {what}");
         Ok(Some(0))
     };
     match cmd {
@@ -430,7 +430,7 @@ async fn on_netns(cmd: &Cmd) -> Result<Option<u8>, Failure> {
             let v = netns::ask(serde_json::json!({"op": "down"}))?;
             let pid = v["pid"].as_u64().unwrap_or(0) as u32;
             netns::wait_gone(pid)?;
-            dvmlab_runtime::outln!("removed the netns lab ({n} hosts, their namespaces and logs)");
+            dvmlab_host::outln!("removed the netns lab ({n} hosts, their namespaces and logs)");
             Ok(Some(0))
         }
         Cmd::Status { json } => {
@@ -448,7 +448,7 @@ async fn on_netns(cmd: &Cmd) -> Result<Option<u8>, Failure> {
                     .map(|(h, s)| format!("{h} ({s})"))
                     .collect();
                 if !down.is_empty() {
-                    dvmlab_runtime::outln!("daemons not running: {}", down.join(", "));
+                    dvmlab_host::outln!("daemons not running: {}", down.join(", "));
                 }
             }
             Ok(Some(if code == 0 { 0 } else { 1 }))
@@ -477,12 +477,12 @@ async fn on_netns(cmd: &Cmd) -> Result<Option<u8>, Failure> {
                 return Err(Failure(2, "partition A B: both sides need a host".into()));
             }
             netns::ask(serde_json::json!({"op": "partition", "a": side(a), "b": side(b)}))?;
-            dvmlab_runtime::outln!("partitioned {a} from {b}");
+            dvmlab_host::outln!("partitioned {a} from {b}");
             Ok(Some(0))
         }
         Cmd::Heal => {
             netns::ask(serde_json::json!({"op": "heal"}))?;
-            dvmlab_runtime::outln!("healed");
+            dvmlab_host::outln!("healed");
             Ok(Some(0))
         }
         Cmd::Logs { host, follow } => {
@@ -563,7 +563,7 @@ async fn netns_up(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    dvmlab_runtime::outln!(
+    dvmlab_host::outln!(
         "lab up on netns hosts: {expect} of {} daemons joined in {:.1} s{}",
         plan.hosts().len(),
         t.elapsed().as_secs_f64(),
@@ -574,7 +574,7 @@ async fn netns_up(
         }
     );
     let (_, table, _) = netns::output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
-    dvmlab_runtime::stdout::bytes(table.as_bytes());
+    dvmlab_host::stdout::bytes(table.as_bytes());
     Ok(0)
 }
 
@@ -589,7 +589,7 @@ async fn act(
     let lab = connect().await?;
     current(&lab).await?.host(node)?;
     f(&lab, node).await?;
-    dvmlab_runtime::outln!("{node}: {done}");
+    dvmlab_host::outln!("{node}: {done}");
     Ok(0)
 }
 
@@ -621,7 +621,7 @@ async fn up(
         .await;
     bar.finish_and_clear();
     let status = status?;
-    dvmlab_runtime::outln!(
+    dvmlab_host::outln!(
         "lab up: {} of {} daemons joined in {:.1} s (formed: {}){}",
         status["joined"],
         plan.hosts().len(),
@@ -636,6 +636,6 @@ async fn up(
     let table = lab
         .exec(CONTROLLER, &["pctl".to_string(), "status".to_string()])
         .await?;
-    dvmlab_runtime::stdout::bytes(table.stdout.as_bytes());
+    dvmlab_host::stdout::bytes(table.stdout.as_bytes());
     Ok(0)
 }

@@ -406,7 +406,7 @@ pub fn print_log(path: &Path, follow: bool) -> Result<(), String> {
             .and_then(|_| f.read_to_end(&mut buf))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         at += buf.len() as u64;
-        dvmlab_runtime::stdout::bytes(&buf);
+        dvmlab_host::stdout::bytes(&buf);
         if !follow || Keeper::find().is_none() {
             return Ok(());
         }

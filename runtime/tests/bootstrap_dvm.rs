@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use dvmlab_harness::{wait_until, BackendKind, IpMode, PrteConf};
-use dvmlab_runtime::contract::{MemberState, PingReport};
+use dvmlab_proto::contract::{MemberState, PingReport};
 
 /// One formation cell: `n` DVMNodes entries at `radix`, the controller listed or not.
 fn formation_cell(backend: BackendKind, ip: u8, n: usize, radix: u32, listed: bool) {

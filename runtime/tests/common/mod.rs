@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime};
 
 use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
-use dvmlab_runtime::contract::{JobReport, StatusReport};
+use dvmlab_proto::contract::{JobReport, StatusReport};
 
 pub const PRTED: &str = env!("CARGO_BIN_EXE_prted");
 pub const PCTL: &str = env!("CARGO_BIN_EXE_pctl");

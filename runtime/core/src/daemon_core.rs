@@ -1,0 +1,271 @@
+//! One daemon, whole: the overlay ([`Node`]: links, routes, formation, liveness, ping, stop),
+//! the job-exec module ([`JobExec`]) and, on the controller, the job manager
+//! ([`JobManager`]), composed here and nowhere else. The tokio shell feeds it inputs and
+//! carries out its outputs and does nothing else; the simulator drives many of them over an
+//! in-memory network.
+//!
+//! Sans-IO: time comes in as an argument ([`Now`]), effects go out as [`Output`]s.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
+use crate::jobs::{self, JobManager, Persisted};
+use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
+use crate::tree::Rank;
+use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply, ToolRequest};
+
+/// The current time: monotonic for timers and liveness, wall-clock for what is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Now {
+    pub mono: Duration,
+    pub unix_ms: u64,
+}
+
+/// Something that happened to the daemon.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// Links, frames, tool requests and the overlay's timers (see [`overlay::Input`]).
+    Net(overlay::Input),
+    /// The local job shells: started, barrier entered, output, exited, epilog done, failure.
+    Shell(exec::Input),
+    /// A job's time limit is up.
+    JobLimit(JobId),
+}
+
+/// A timer the core asks for; it comes back as an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    Net(overlay::Timer),
+    JobLimit(JobId),
+}
+
+/// Something for the shell to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Connect, send, close, log a note, exit.
+    Net(Io),
+    /// Start, signal or release the local job processes.
+    Shell(ShellCommand),
+    SetTimer {
+        timer: Timer,
+        delay: Duration,
+    },
+    /// Controller: keep this list of live jobs where a restarted controller finds it.
+    Persist(Vec<Persisted>),
+    /// Worth an error line in the log.
+    Log(String),
+}
+
+enum Work {
+    Node(overlay::Input),
+    Exec(exec::Input),
+    Mgr(jobs::Input),
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct DaemonCore {
+    node: Node,
+    exec: JobExec,
+    mgr: Option<JobManager>,
+    /// The link job-exec's upward messages go on.
+    up: Option<LinkId>,
+    formed_at_unix_ms: Option<u64>,
+    out: Vec<Output>,
+}
+
+impl DaemonCore {
+    /// A daemon of `cfg`. The controller is given the live jobs its previous life kept
+    /// (`Some(vec![])` on a fresh start); other daemons `None`.
+    pub fn new(cfg: NodeConfig, recovered: Option<Vec<Persisted>>) -> DaemonCore {
+        let me = cfg.identity.rank;
+        let tree = cfg.tree;
+        let controller = recovered.is_some();
+        let mut core = DaemonCore {
+            node: Node::new(cfg),
+            exec: JobExec::new(me, controller, tree),
+            mgr: None,
+            up: None,
+            formed_at_unix_ms: None,
+            out: Vec::new(),
+        };
+        if let Some(live) = recovered {
+            let (mgr, first) = JobManager::new(live);
+            core.mgr = Some(mgr);
+            let mut work = VecDeque::new();
+            for o in first {
+                core.mgr_output(o, &mut work);
+            }
+            core.run(Now::default(), work);
+        }
+        core
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.node.rank()
+    }
+
+    /// The overlay (membership, routes, formation), for status and invariants.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// Job ids job-exec tracks on this daemon, with their ranks.
+    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &dvmlab_proto::idset::IdSet)> {
+        self.exec.jobs()
+    }
+
+    /// Upward job-exec messages this daemon received, by kind.
+    pub fn counters(&self) -> Counters {
+        self.exec.counters.clone()
+    }
+
+    /// Feeds one input at `now`; returns what to do.
+    pub fn handle(&mut self, now: Now, input: Input) -> Vec<Output> {
+        let first = match input {
+            Input::Net(overlay::Input::Tool {
+                link,
+                req: ToolRequest::Status,
+            }) if self.node.is_tool(link) => {
+                let reply = ToolReply::Status(self.status());
+                self.out.push(Output::Net(Io::Send {
+                    link,
+                    frame: Frame::ToolReply(reply),
+                }));
+                None
+            }
+            Input::Net(i) => {
+                if let overlay::Input::Closed { link } = &i {
+                    if self.mgr.is_some() {
+                        let gone = jobs::Input::ToolGone { link: *link };
+                        self.run(now, VecDeque::from([Work::Mgr(gone)]));
+                    }
+                }
+                Some(Work::Node(i))
+            }
+            Input::Shell(i) => Some(Work::Exec(i)),
+            Input::JobLimit(id) => Some(Work::Mgr(jobs::Input::TimeLimit(id))),
+        };
+        if let Some(w) = first {
+            self.run(now, VecDeque::from([w]));
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    /// The controller's status: the overlay's view, when it formed, and the job counters.
+    pub fn status(&self) -> dvmlab_proto::contract::StatusReport {
+        let mut s = self.node.status();
+        s.formed_at_unix_ms = self.formed_at_unix_ms;
+        s.job_messages = Some(self.counters());
+        s
+    }
+
+    /// Runs `work` and everything it leads to, in order, to quiescence.
+    fn run(&mut self, now: Now, mut work: VecDeque<Work>) {
+        while let Some(w) = work.pop_front() {
+            match w {
+                Work::Node(i) => {
+                    for o in self.node.handle(now.mono, i) {
+                        self.node_output(now, o, &mut work);
+                    }
+                }
+                Work::Exec(i) => {
+                    if let exec::Input::Uplink(up) = &i {
+                        self.up = *up;
+                    }
+                    for o in self.exec.handle(i) {
+                        self.exec_output(o, &mut work);
+                    }
+                }
+                Work::Mgr(i) => {
+                    let Some(m) = self.mgr.as_mut() else { continue };
+                    for o in m.handle(self.node.roster(), i) {
+                        self.mgr_output(o, &mut work);
+                    }
+                }
+            }
+        }
+    }
+
+    fn node_output(&mut self, now: Now, o: overlay::Output, work: &mut VecDeque<Work>) {
+        let out = match o {
+            overlay::Output::Io(io) => {
+                match &io {
+                    Io::Note(Note::DvmReady { .. }) => self.formed_at_unix_ms = Some(now.unix_ms),
+                    Io::Note(Note::DvmIncomplete { .. }) => self.formed_at_unix_ms = None,
+                    _ => {}
+                }
+                Output::Net(io)
+            }
+            overlay::Output::SetTimer { timer, delay } => Output::SetTimer {
+                timer: Timer::Net(timer),
+                delay,
+            },
+            overlay::Output::Exec(i) => return work.push_back(Work::Exec(i)),
+            overlay::Output::JobTool { link, req } => return self.job_tool(link, req, work),
+        };
+        self.out.push(out);
+    }
+
+    fn job_tool(&mut self, link: LinkId, req: ToolRequest, work: &mut VecDeque<Work>) {
+        if self.mgr.is_none() {
+            let reply = ToolReply::Error {
+                message: "jobs are submitted to the controller".into(),
+            };
+            return self.out.push(Output::Net(Io::Send {
+                link,
+                frame: Frame::ToolReply(reply),
+            }));
+        }
+        let input = match req {
+            ToolRequest::Submit { job } => jobs::Input::Submit { link, job },
+            ToolRequest::Jobs => jobs::Input::Jobs { link },
+            ToolRequest::Kill { id, signal } => jobs::Input::Kill { link, id, signal },
+            other => {
+                return self
+                    .out
+                    .push(Output::Log(format!("not a job request: {other:?}")))
+            }
+        };
+        work.push_back(Work::Mgr(input));
+    }
+
+    fn exec_output(&mut self, o: exec::Output, work: &mut VecDeque<Work>) {
+        let out = match o {
+            exec::Output::SendDown { link, msg } => Output::Net(Io::Send {
+                link,
+                frame: Frame::Daemon(DaemonMsg::ExecDown { msg }),
+            }),
+            // Without an upward link the message is dropped: job-exec sends again what
+            // matters after its next hello.
+            exec::Output::SendUp(req) => match self.up {
+                Some(link) => Output::Net(Io::Send {
+                    link,
+                    frame: Frame::Daemon(DaemonMsg::ExecUp { req }),
+                }),
+                None => return,
+            },
+            exec::Output::Shell(c) => Output::Shell(c),
+            exec::Output::Event(e) => return work.push_back(Work::Mgr(jobs::Input::Event(e))),
+            exec::Output::Log(l) => Output::Log(l),
+        };
+        self.out.push(out);
+    }
+
+    fn mgr_output(&mut self, o: jobs::Output, work: &mut VecDeque<Work>) {
+        let out = match o {
+            jobs::Output::Exec(i) => return work.push_back(Work::Exec(i)),
+            jobs::Output::Reply { link, reply } => Output::Net(Io::Send {
+                link,
+                frame: Frame::ToolReply(reply),
+            }),
+            jobs::Output::SetTimer { id, delay } => Output::SetTimer {
+                timer: Timer::JobLimit(id),
+                delay,
+            },
+            jobs::Output::Persist(live) => Output::Persist(live),
+        };
+        self.out.push(out);
+    }
+}

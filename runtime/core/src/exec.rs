@@ -1,0 +1,1552 @@
+//! The job-exec module of one daemon (Flux RFC 33, mapped onto the DVM): it tracks every job
+//! running on itself and below it, passes state updates down the links whose subtrees a job
+//! touches, runs the local job shell, and reduces what its subtree reports (start, barrier,
+//! finish, release) into one message upward per job and event. Exceptions go up at once. On
+//! the controller (rank 0) it also plays the RFC 32 side: it turns the reductions into the
+//! job manager's events.
+//!
+//! Sans-IO: the daemon feeds [`Input`]s and carries out [`Output`]s. Links are the daemon's
+//! (numbered by the shell); the subtree behind each child link is given as an idset.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::overlay::LinkId;
+use crate::tree::{RadixTree, Rank};
+use dvmlab_proto::idset::IdSet;
+use dvmlab_proto::wire::Stream;
+
+pub use dvmlab_proto::exec::{
+    Counters, ExecDown, ExecUp, JobId, JobSpec, JobTuple, Jobs, UpdateType,
+};
+
+/// How many terminated strays a daemon remembers (see `JobExec::strays`).
+const STRAYS_KEPT: usize = 1024;
+
+/// Output bytes a daemon holds while its new parent has not yet answered its hello; more is
+/// dropped (and counted in the log).
+const HELD_OUTPUT: usize = 1 << 20;
+
+/// What the controller's job manager hears (RFC 32 `start` responses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobEvent {
+    /// Every shell started.
+    Started { id: JobId },
+    /// Every shell exited; the greatest wait status.
+    Finished { id: JobId, status: i32 },
+    Exception {
+        id: JobId,
+        severity: u32,
+        kind: String,
+        note: String,
+    },
+    /// These ranks may be released; `last` once the whole job is.
+    Released { id: JobId, ranks: IdSet, last: bool },
+    Output {
+        id: JobId,
+        proc: u32,
+        stream: Stream,
+        data: Vec<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// The daemon's child links: each one's child rank and the ranks reachable behind it
+    /// (the child included).
+    Children(Vec<(LinkId, Rank, IdSet)>),
+    /// A new upward link (or none): the hello starts over.
+    Uplink(Option<LinkId>),
+    Down(ExecDown),
+    Up {
+        link: LinkId,
+        req: ExecUp,
+    },
+    /// Controller: the job manager asks to run a job on `ranks`.
+    Submit {
+        id: JobId,
+        userid: u32,
+        ranks: IdSet,
+        spec: JobSpec,
+    },
+    /// Controller: the job manager knows these jobs to be running (after a restart), so the
+    /// hello may begin; everything else it starts later.
+    Recovered(Vec<(JobId, u32, IdSet, JobSpec)>),
+    /// Controller: an exception raised by a tool or the job manager (time limit, kill).
+    Raise {
+        id: JobId,
+        severity: u32,
+        kind: String,
+        note: String,
+    },
+    /// Controller: deliver `signal` to every shell of the job.
+    Signal {
+        id: JobId,
+        signal: i32,
+    },
+    /// The local shell of `id` is running.
+    ShellStarted {
+        id: JobId,
+    },
+    ShellBarrier {
+        id: JobId,
+        seq: u64,
+    },
+    /// The local shell exited with this wait status.
+    ShellExited {
+        id: JobId,
+        status: i32,
+    },
+    /// The local epilog finished: this rank's resources may go.
+    EpilogDone {
+        id: JobId,
+    },
+    /// Something failed locally (launch, prolog): raise a job exception.
+    LocalFailure {
+        id: JobId,
+        note: String,
+    },
+    /// Bytes from local process `proc`.
+    ShellOutput {
+        id: JobId,
+        proc: u32,
+        stream: Stream,
+        data: Vec<u8>,
+    },
+    /// Controller: these ranks became unreachable. Their shells are counted dead (finished
+    /// by SIGKILL, released) and every job on them gets a fatal `node-failure` exception.
+    Lost(IdSet),
+}
+
+/// What the job shells of this daemon are to do; the daemon core passes these on to the
+/// shell as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShellCommand {
+    /// Run the prolog, then start the job's local processes.
+    Launch { id: JobId, spec: JobSpec },
+    /// Signal the job's local processes (SIGKILL for a fatal exception).
+    Kill { id: JobId, signal: i32 },
+    /// Let the local processes leave barrier `seq`.
+    BarrierDone { id: JobId, seq: u64 },
+    /// Run the local epilog (after the processes exited).
+    Epilog { id: JobId },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    SendDown {
+        link: LinkId,
+        msg: ExecDown,
+    },
+    SendUp(ExecUp),
+    Shell(ShellCommand),
+    /// Controller only.
+    Event(JobEvent),
+    /// Something worth an error line in the log.
+    Log(String),
+}
+
+/// The local shell's lifecycle on this rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shell {
+    Launching,
+    Running,
+    Exited,
+    Released,
+}
+
+/// One job as this module sees it: itself and its subtree.
+#[derive(Debug, Clone)]
+struct Job {
+    userid: u32,
+    ranks: IdSet,
+    spec: Option<JobSpec>,
+    shell: Option<Shell>,
+    started: IdSet,
+    finished: IdSet,
+    status: i32,
+    released: IdSet,
+    /// Barrier sequence being gathered and who entered it.
+    barrier: Option<(u64, IdSet)>,
+    /// What was already sent up (reset when the upward link changes).
+    sent_start: IdSet,
+    sent_finish: IdSet,
+    sent_release: IdSet,
+    /// Controller: partial releases already given to the job manager.
+    reported_release: IdSet,
+    /// The fatal exception that went down for this job, repeated to a child that says hello
+    /// later (a restarted controller raises one before its children reconnect).
+    fatal: Option<ExecDown>,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct JobExec {
+    me: Rank,
+    controller: bool,
+    /// The tree formula: a child speaks only for its descendants by it.
+    tree: RadixTree,
+    children: Vec<(LinkId, IdSet)>,
+    /// The child rank on each child link.
+    child_ranks: BTreeMap<LinkId, Rank>,
+    up: Option<LinkId>,
+    /// The initial hello response came from upstream (or, on the controller, the job
+    /// manager said which jobs run).
+    ready: bool,
+    /// Children that said hello before we were ready.
+    waiting: BTreeSet<LinkId>,
+    /// Children whose hello was answered: they hear of jobs that reach their subtree later.
+    answered: BTreeSet<LinkId>,
+    /// Jobs terminated here as unknown upstream (the most recent [`STRAYS_KEPT`]). A new
+    /// parent may learn of such a job after it answered our hello: its later `add` must not
+    /// start the job a second time.
+    strays: VecDeque<JobId>,
+    /// Output waiting for the hello to be answered, its bytes, and the bytes dropped.
+    held: VecDeque<ExecUp>,
+    held_bytes: usize,
+    dropped_bytes: usize,
+    jobs: BTreeMap<JobId, Job>,
+    infos: BTreeMap<JobId, JobSpec>,
+    pub counters: Counters,
+    out: Vec<Output>,
+}
+
+impl JobExec {
+    pub fn new(me: Rank, controller: bool, tree: RadixTree) -> JobExec {
+        JobExec {
+            me,
+            controller,
+            tree,
+            children: Vec::new(),
+            child_ranks: BTreeMap::new(),
+            up: None,
+            ready: false,
+            waiting: BTreeSet::new(),
+            answered: BTreeSet::new(),
+            strays: VecDeque::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            dropped_bytes: 0,
+            jobs: BTreeMap::new(),
+            infos: BTreeMap::new(),
+            counters: Counters::default(),
+            out: Vec::new(),
+        }
+    }
+
+    /// Jobs this module tracks, with their ranks.
+    pub fn jobs(&self) -> impl Iterator<Item = (JobId, &IdSet)> {
+        self.jobs.iter().map(|(id, j)| (*id, &j.ranks))
+    }
+
+    pub fn handle(&mut self, input: Input) -> Vec<Output> {
+        match input {
+            Input::Children(c) => self.on_children(c),
+            Input::Uplink(link) => self.on_uplink(link),
+            Input::Down(msg) => self.on_down(msg),
+            Input::Up { link, req } => self.on_up(link, req),
+            Input::Submit {
+                id,
+                userid,
+                ranks,
+                spec,
+            } => {
+                if self.controller {
+                    self.ready = true;
+                    self.on_down(ExecDown::JobInfo {
+                        idset: ranks.clone(),
+                        id,
+                        spec,
+                    });
+                    self.on_down(ExecDown::StateUpdate {
+                        idset: ranks.clone(),
+                        data: Jobs {
+                            jobs: vec![JobTuple(id, userid, UpdateType::Add, ranks)],
+                        },
+                    });
+                }
+            }
+            Input::Recovered(list) => self.on_recovered(list),
+            Input::Raise {
+                id,
+                severity,
+                kind,
+                note,
+            } => self.on_exception(id, severity, kind, note),
+            Input::Signal { id, signal } => {
+                if let Some(j) = self.jobs.get(&id) {
+                    let idset = j.ranks.clone();
+                    self.on_down(ExecDown::Signal { idset, id, signal });
+                }
+            }
+            Input::ShellStarted { id } => self.local(id, |j, me| {
+                j.shell = Some(Shell::Running);
+                j.started.insert(me);
+            }),
+            Input::ShellBarrier { id, seq } => self.local(id, |j, me| match &mut j.barrier {
+                Some((s, entered)) if *s == seq => entered.insert(me),
+                _ => j.barrier = Some((seq, IdSet::range(me, me))),
+            }),
+            Input::ShellExited { id, status } => {
+                self.local(id, |j, me| {
+                    j.shell = Some(Shell::Exited);
+                    j.finished.insert(me);
+                    j.status = j.status.max(status);
+                });
+                if self.jobs.contains_key(&id) {
+                    self.emit(Output::Shell(ShellCommand::Epilog { id }));
+                }
+            }
+            Input::EpilogDone { id } => self.local(id, |j, me| {
+                j.shell = Some(Shell::Released);
+                j.released.insert(me);
+            }),
+            Input::LocalFailure { id, note } => self.raise_up(id, 0, "exec".into(), note),
+            Input::ShellOutput {
+                id,
+                proc,
+                stream,
+                data,
+            } => self.output_up(id, proc, stream, data),
+            Input::Lost(ranks) => self.on_lost(ranks),
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn emit(&mut self, o: Output) {
+        self.out.push(o);
+    }
+
+    /// The ranks of this module and everything below it.
+    fn subtree(&self) -> IdSet {
+        let mut s = IdSet::range(self.me, self.me);
+        for (_, ids) in &self.children {
+            s = s.union(ids);
+        }
+        s
+    }
+
+    /// Sends `msg` to every child whose subtree intersects `idset`.
+    fn fan_out(&mut self, idset: &IdSet, msg: &ExecDown) {
+        let targets: Vec<LinkId> = self
+            .children
+            .iter()
+            .filter(|(_, ids)| ids.intersects(idset))
+            .map(|(l, _)| *l)
+            .collect();
+        for link in targets {
+            self.emit(Output::SendDown {
+                link,
+                msg: msg.clone(),
+            });
+        }
+    }
+
+    fn on_uplink(&mut self, link: Option<LinkId>) {
+        self.up = link;
+        if self.controller {
+            return;
+        }
+        // A new parent knows nothing of what we sent the old one.
+        self.ready = false;
+        for j in self.jobs.values_mut() {
+            j.sent_start = IdSet::new();
+            j.sent_finish = IdSet::new();
+            j.sent_release = IdSet::new();
+        }
+        if link.is_some() {
+            self.emit(Output::SendUp(ExecUp::Hello));
+        }
+    }
+
+    fn on_recovered(&mut self, list: Vec<(JobId, u32, IdSet, JobSpec)>) {
+        let mut ids = Vec::new();
+        for (id, userid, ranks, spec) in list {
+            self.infos.insert(id, spec.clone());
+            self.jobs
+                .entry(id)
+                .or_insert_with(|| Job::new(userid, ranks, Some(spec)));
+            ids.push(id);
+        }
+        // A controller that is also a compute node lost its own shells with its earlier life.
+        for id in ids {
+            self.lost_if_absent(id);
+            self.progress(id);
+        }
+        self.become_ready();
+    }
+
+    /// A job that should have a shell here has none (it died with an earlier life of this
+    /// daemon): raise an exception, and count the shell ended, killed, so the job can end.
+    fn lost_if_absent(&mut self, id: JobId) {
+        let me = self.me;
+        let absent = self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| j.ranks.contains(me) && j.shell.is_none());
+        if !absent {
+            return;
+        }
+        self.raise_up(
+            id,
+            0,
+            "exec".into(),
+            format!("job {id} is not running on rank {me}"),
+        );
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.shell = Some(Shell::Released);
+            j.started.insert(me);
+            j.finished.insert(me);
+            j.released.insert(me);
+            j.status = j.status.max(9);
+        }
+    }
+
+    /// The first hello response arrived (or the controller's job manager spoke): children
+    /// that asked may now get theirs.
+    fn become_ready(&mut self) {
+        self.ready = true;
+        for link in std::mem::take(&mut self.waiting) {
+            self.answer_hello(link);
+        }
+        if self.dropped_bytes > 0 {
+            self.emit(Output::Log(format!(
+                "{} bytes of job output dropped while reconnecting (at most {HELD_OUTPUT} are held)",
+                self.dropped_bytes
+            )));
+            self.dropped_bytes = 0;
+        }
+        self.held_bytes = 0;
+        for req in std::mem::take(&mut self.held) {
+            self.emit(Output::SendUp(req));
+        }
+    }
+
+    /// The initial `state-update` for a child: a `check` for every job running there.
+    fn answer_hello(&mut self, link: LinkId) {
+        let Some(ids) = self
+            .children
+            .iter()
+            .find(|(l, _)| *l == link)
+            .map(|(_, ids)| ids.clone())
+        else {
+            return;
+        };
+        self.answered.insert(link);
+        self.tell_child(link, &ids, true);
+    }
+
+    /// The child links changed. A child whose subtree grew after its hello was answered (a
+    /// daemon rejoined below it) is told of the jobs that reach the ranks it gained: nobody
+    /// else will tell them, and its parent would wait for them forever.
+    fn on_children(&mut self, children: Vec<(LinkId, Rank, IdSet)>) {
+        self.child_ranks = children.iter().map(|(l, r, _)| (*l, *r)).collect();
+        let children = children.into_iter().map(|(l, _, ids)| (l, ids)).collect();
+        let before = std::mem::replace(&mut self.children, children);
+        let links: BTreeSet<LinkId> = self.children.iter().map(|(l, _)| *l).collect();
+        self.answered.retain(|l| links.contains(l));
+        self.waiting.retain(|l| links.contains(l));
+        let grown: Vec<(LinkId, IdSet)> = self
+            .children
+            .iter()
+            .filter(|(l, _)| self.answered.contains(l))
+            .map(|(l, ids)| {
+                let old = before.iter().find(|(b, _)| b == l).map(|(_, i)| i);
+                (*l, old.map_or(ids.clone(), |o| ids.difference(o)))
+            })
+            .filter(|(_, added)| !added.is_empty())
+            .collect();
+        for (link, added) in grown {
+            self.tell_child(link, &added, false);
+        }
+        // A subtree that shrank (a daemon below left it) may have completed what was still
+        // waiting for the ranks that left: those report through their new parent.
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        for id in ids {
+            self.progress(id);
+        }
+    }
+
+    /// Sends `link` the data, a `check` and any fatal exception of every job that reaches
+    /// `ids`; as the hello response (`always`) even when there is none.
+    fn tell_child(&mut self, link: LinkId, ids: &IdSet, always: bool) {
+        let reach: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.ranks.intersects(ids))
+            .map(|(id, _)| *id)
+            .collect();
+        if reach.is_empty() && !always {
+            return;
+        }
+        // Job data first, so a restarted child can still run what it is later told to add.
+        let mut jobs = Vec::new();
+        let mut fatal = Vec::new();
+        for id in reach {
+            let j = &self.jobs[&id];
+            jobs.push(JobTuple(id, j.userid, UpdateType::Check, j.ranks.clone()));
+            fatal.extend(j.fatal.clone());
+            if let Some(spec) = j.spec.clone() {
+                let idset = j.ranks.clone();
+                self.emit(Output::SendDown {
+                    link,
+                    msg: ExecDown::JobInfo { idset, id, spec },
+                });
+            }
+        }
+        self.emit(Output::SendDown {
+            link,
+            msg: ExecDown::StateUpdate {
+                idset: ids.clone(),
+                data: Jobs { jobs },
+            },
+        });
+        for msg in fatal {
+            self.emit(Output::SendDown { link, msg });
+        }
+    }
+
+    fn on_down(&mut self, msg: ExecDown) {
+        match msg {
+            // Each tuple carries its own idset; the response's says only who it is for.
+            ExecDown::StateUpdate {
+                idset: _,
+                data: Jobs { jobs },
+            } => {
+                let initial = !self.ready;
+                if initial {
+                    self.initial_check(&jobs);
+                }
+                for t in jobs {
+                    self.apply(t);
+                }
+                if initial {
+                    self.become_ready();
+                    // Nothing went up before the new parent knew the jobs: now it does.
+                    let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+                    for id in ids {
+                        self.progress(id);
+                    }
+                }
+            }
+            ExecDown::JobInfo { idset, id, spec } => {
+                let m = ExecDown::JobInfo {
+                    idset: idset.clone(),
+                    id,
+                    spec: spec.clone(),
+                };
+                self.fan_out(&idset, &m);
+                self.infos.insert(id, spec);
+            }
+            ExecDown::BarrierDone { idset, id, seq } => {
+                let m = ExecDown::BarrierDone {
+                    idset: idset.clone(),
+                    id,
+                    seq,
+                };
+                self.fan_out(&idset, &m);
+                if idset.contains(self.me) && self.jobs.contains_key(&id) {
+                    self.emit(Output::Shell(ShellCommand::BarrierDone { id, seq }));
+                }
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.barrier = None;
+                }
+            }
+            ExecDown::Exception {
+                idset,
+                id,
+                severity,
+                kind,
+                note,
+            } => {
+                let m = ExecDown::Exception {
+                    idset: idset.clone(),
+                    id,
+                    severity,
+                    kind,
+                    note,
+                };
+                self.fan_out(&idset, &m);
+                if severity == 0 {
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.fatal = Some(m);
+                    }
+                    if idset.contains(self.me) {
+                        self.kill_local(id, 9);
+                    }
+                }
+            }
+            ExecDown::Signal { idset, id, signal } => {
+                let m = ExecDown::Signal {
+                    idset: idset.clone(),
+                    id,
+                    signal,
+                };
+                self.fan_out(&idset, &m);
+                if idset.contains(self.me) {
+                    self.kill_local(id, signal);
+                }
+            }
+        }
+    }
+
+    fn kill_local(&mut self, id: JobId, signal: i32) {
+        let running = self
+            .jobs
+            .get(&id)
+            .is_some_and(|j| matches!(j.shell, Some(Shell::Launching | Shell::Running)));
+        if running {
+            self.emit(Output::Shell(ShellCommand::Kill { id, signal }));
+        }
+    }
+
+    /// Before the first check list is applied: local jobs it does not name are strays.
+    fn initial_check(&mut self, jobs: &[JobTuple]) {
+        let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
+        let strays: Vec<JobId> = self
+            .jobs
+            .keys()
+            .copied()
+            .filter(|id| !named.contains(id))
+            .collect();
+        for id in strays {
+            self.stray(id);
+        }
+    }
+
+    fn stray(&mut self, id: JobId) {
+        self.emit(Output::Log(format!(
+            "job {id} runs here but upstream does not know it: terminating it"
+        )));
+        self.emit(Output::Shell(ShellCommand::Kill { id, signal: 9 }));
+        if self.strays.len() == STRAYS_KEPT {
+            self.strays.pop_front();
+        }
+        self.strays.push_back(id);
+        // The subtree below forgets it too, or it would hold the job forever: nobody above
+        // will ever send its remove.
+        if let Some(j) = self.jobs.remove(&id) {
+            let kill = ExecDown::Exception {
+                idset: j.ranks.clone(),
+                id,
+                severity: 0,
+                kind: "exec".into(),
+                note: format!("job {id} is unknown upstream"),
+            };
+            self.fan_out(&j.ranks, &kill);
+            let remove = ExecDown::StateUpdate {
+                idset: j.ranks.clone(),
+                data: Jobs {
+                    jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
+                },
+            };
+            self.fan_out(&j.ranks, &remove);
+        }
+        self.infos.remove(&id);
+    }
+
+    /// Applies one `state-update` tuple (RFC 33, "add", "remove", "check").
+    fn apply(&mut self, JobTuple(id, userid, kind, idset): JobTuple) {
+        let fwd = ExecDown::StateUpdate {
+            idset: idset.clone(),
+            data: Jobs {
+                jobs: vec![JobTuple(id, userid, kind, idset.clone())],
+            },
+        };
+        match kind {
+            // A job this daemon already terminated as a stray is not started again: it is
+            // checked instead, which counts its shell here as killed.
+            UpdateType::Add if self.strays.contains(&id) => {
+                self.apply(JobTuple(id, userid, UpdateType::Check, idset))
+            }
+            UpdateType::Add => {
+                if self.jobs.contains_key(&id) {
+                    return;
+                }
+                self.fan_out(&idset, &fwd);
+                let spec = self.infos.get(&id).cloned();
+                let mut job = Job::new(userid, idset.clone(), spec.clone());
+                if idset.contains(self.me) {
+                    match spec {
+                        Some(spec) => {
+                            job.shell = Some(Shell::Launching);
+                            self.emit(Output::Shell(ShellCommand::Launch { id, spec }));
+                        }
+                        None => {
+                            self.jobs.insert(id, job);
+                            self.raise_up(id, 0, "exec".into(), "no job data for an add".into());
+                            return;
+                        }
+                    }
+                }
+                self.jobs.insert(id, job);
+            }
+            UpdateType::Remove => {
+                self.fan_out(&idset, &fwd);
+                self.jobs.remove(&id);
+                self.infos.remove(&id);
+            }
+            UpdateType::Check => {
+                self.fan_out(&idset, &fwd);
+                if !self.jobs.contains_key(&id) {
+                    let spec = self.infos.get(&id).cloned();
+                    self.jobs.insert(id, Job::new(userid, idset.clone(), spec));
+                }
+                self.lost_if_absent(id);
+                // Whatever we knew before the new parent, it needs again.
+                self.progress(id);
+            }
+        }
+    }
+
+    /// Updates the local shell's part of job `id` and reports what became complete.
+    fn local(&mut self, id: JobId, f: impl FnOnce(&mut Job, Rank)) {
+        let me = self.me;
+        let Some(j) = self.jobs.get_mut(&id) else {
+            self.emit(Output::Log(format!("event for unknown job {id} ignored")));
+            return;
+        };
+        f(j, me);
+        self.progress(id);
+    }
+
+    fn on_up(&mut self, link: LinkId, req: ExecUp) {
+        let Some(child) = self.child_ranks.get(&link).copied() else {
+            return self.emit(Output::Log(format!(
+                "job-exec request on link {link}, which is not a child's; ignored"
+            )));
+        };
+        let req = match req {
+            ExecUp::Hello => {
+                if self.ready {
+                    self.answer_hello(link);
+                } else {
+                    self.waiting.insert(link);
+                }
+                return;
+            }
+            ExecUp::Output {
+                id,
+                proc,
+                stream,
+                data,
+            } => {
+                // Only output of a process placed inside the sender's subtree.
+                let placed = self
+                    .infos
+                    .get(&id)
+                    .map(|s| &s.placement)
+                    .filter(|p| proc < p.nprocs)
+                    .map(|p| p.rank_of(proc));
+                if !placed.is_some_and(|r| self.tree.is_ancestor_or_self(child, r)) {
+                    return self.emit(Output::Log(format!(
+                        "output of job {id} process {proc} from rank {child}'s subtree, where it does not run; dropped"
+                    )));
+                }
+                return self.output_up(id, proc, stream, data);
+            }
+            other => other,
+        };
+        // A daemon speaks only for its own subtree: ranks outside it are not taken.
+        let req = match req {
+            ExecUp::Start { id, ranks } => ExecUp::Start {
+                id,
+                ranks: self.within(child, id, ranks),
+            },
+            ExecUp::Barrier { id, ranks, seq } => ExecUp::Barrier {
+                id,
+                ranks: self.within(child, id, ranks),
+                seq,
+            },
+            ExecUp::Finish { id, ranks, status } => ExecUp::Finish {
+                id,
+                ranks: self.within(child, id, ranks),
+                status,
+            },
+            ExecUp::Release { id, ranks } => ExecUp::Release {
+                id,
+                ranks: self.within(child, id, ranks),
+            },
+            other => other,
+        };
+        match &req {
+            ExecUp::Hello | ExecUp::Output { .. } => {}
+            ExecUp::Start { .. } => self.counters.start += 1,
+            ExecUp::Barrier { .. } => self.counters.barrier += 1,
+            ExecUp::Finish { .. } => self.counters.finish += 1,
+            ExecUp::Exception { .. } => self.counters.exception += 1,
+            ExecUp::Release { .. } => self.counters.release += 1,
+        }
+        match req {
+            ExecUp::Hello | ExecUp::Output { .. } => {}
+            ExecUp::Start { id, ranks } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.started = j.started.union(&ranks);
+                }
+                self.progress(id);
+            }
+            ExecUp::Barrier { id, ranks, seq } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    match &mut j.barrier {
+                        Some((s, entered)) if *s == seq => *entered = entered.union(&ranks),
+                        _ => j.barrier = Some((seq, ranks)),
+                    }
+                }
+                self.progress(id);
+            }
+            ExecUp::Finish { id, ranks, status } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.finished = j.finished.union(&ranks);
+                    j.status = j.status.max(status);
+                }
+                self.progress(id);
+            }
+            ExecUp::Exception {
+                id,
+                severity,
+                kind,
+                note,
+            } => self.raise_up(id, severity, kind, note),
+            ExecUp::Release { id, ranks } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.released = j.released.union(&ranks);
+                }
+                self.progress(id);
+            }
+        }
+    }
+
+    /// `ranks` restricted to the subtree of `child` by the tree formula (not to the ranks
+    /// reachable through it now: a rank that re-homed keeps its earlier reports valid); what
+    /// was outside is logged.
+    fn within(&mut self, child: Rank, id: JobId, ranks: IdSet) -> IdSet {
+        let (inside, outside): (Vec<Rank>, Vec<Rank>) = ranks
+            .iter()
+            .partition(|r| self.tree.is_ancestor_or_self(child, *r));
+        if !outside.is_empty() {
+            let outside: IdSet = outside.into_iter().collect();
+            self.emit(Output::Log(format!(
+                "job {id}: rank {child} spoke for ranks {outside} outside its subtree; ignored"
+            )));
+        }
+        inside.into_iter().collect()
+    }
+
+    fn on_lost(&mut self, lost: IdSet) {
+        if !self.controller {
+            return;
+        }
+        let hit: Vec<(JobId, IdSet)> = self
+            .jobs
+            .iter()
+            .map(|(id, j)| (*id, j.ranks.intersection(&lost).difference(&j.released)))
+            .filter(|(_, gone)| !gone.is_empty())
+            .collect();
+        for (id, gone) in hit {
+            self.on_exception(
+                id,
+                0,
+                "node-failure".into(),
+                format!("rank(s) {gone} lost while the job ran"),
+            );
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.started = j.started.union(&gone);
+                j.finished = j.finished.union(&gone);
+                j.status = j.status.max(9);
+                j.released = j.released.union(&gone);
+            }
+            self.progress(id);
+        }
+    }
+
+    fn output_up(&mut self, id: JobId, proc: u32, stream: Stream, data: Vec<u8>) {
+        if self.controller {
+            return self.emit(Output::Event(JobEvent::Output {
+                id,
+                proc,
+                stream,
+                data,
+            }));
+        }
+        let len = data.len();
+        let req = ExecUp::Output {
+            id,
+            proc,
+            stream,
+            data,
+        };
+        if self.ready {
+            self.emit(Output::SendUp(req));
+        } else if self.held_bytes + len <= HELD_OUTPUT {
+            // The parent may not know the job yet; it will once it answered the hello.
+            self.held_bytes += len;
+            self.held.push_back(req);
+        } else {
+            self.dropped_bytes += len;
+        }
+    }
+
+    /// An exception goes up at once; the controller tells the job manager and, for a fatal
+    /// one, every rank of the job.
+    fn raise_up(&mut self, id: JobId, severity: u32, kind: String, note: String) {
+        if !self.controller {
+            self.emit(Output::SendUp(ExecUp::Exception {
+                id,
+                severity,
+                kind,
+                note,
+            }));
+            return;
+        }
+        self.on_exception(id, severity, kind, note);
+    }
+
+    fn on_exception(&mut self, id: JobId, severity: u32, kind: String, note: String) {
+        if !self.controller {
+            return;
+        }
+        let Some(ranks) = self.jobs.get(&id).map(|j| j.ranks.clone()) else {
+            self.emit(Output::Log(format!(
+                "exception for unknown job {id} ignored"
+            )));
+            return;
+        };
+        self.emit(Output::Event(JobEvent::Exception {
+            id,
+            severity,
+            kind: kind.clone(),
+            note: note.clone(),
+        }));
+        self.on_down(ExecDown::Exception {
+            idset: ranks,
+            id,
+            severity,
+            kind,
+            note,
+        });
+    }
+
+    /// Reports upward (or to the job manager) whatever the subtree's part of job `id` has
+    /// completed: one message per job and event, never one per rank.
+    fn progress(&mut self, id: JobId) {
+        // A new parent that has not answered the hello may not know the job: what completed
+        // goes up once it has (see the initial state-update).
+        if !self.controller && !self.ready {
+            return;
+        }
+        let subtree = self.subtree();
+        let controller = self.controller;
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        let expect = if controller {
+            j.ranks.clone()
+        } else {
+            j.ranks.intersection(&subtree)
+        };
+        if expect.is_empty() {
+            return;
+        }
+        let mut out = Vec::new();
+        let all = |got: &IdSet| expect.difference(got).is_empty();
+        // The subtree can grow after a report went up (a child rejoins late): then the
+        // newly complete ranks go up too. In steady state it is one message per event.
+        let unsent_start = expect.difference(&j.sent_start);
+        if !unsent_start.is_empty() && all(&j.started) {
+            let first = j.sent_start.is_empty();
+            j.sent_start = expect.clone();
+            if controller {
+                if first {
+                    out.push(Output::Event(JobEvent::Started { id }));
+                }
+            } else {
+                out.push(Output::SendUp(ExecUp::Start {
+                    id,
+                    ranks: unsent_start,
+                }));
+            }
+        }
+        if let Some((seq, entered)) = j.barrier.clone() {
+            if all(&entered) {
+                if controller {
+                    j.barrier = None;
+                    let idset = j.ranks.clone();
+                    self.out.extend(out);
+                    self.on_down(ExecDown::BarrierDone { idset, id, seq });
+                    return self.progress(id);
+                }
+                j.barrier = None;
+                out.push(Output::SendUp(ExecUp::Barrier {
+                    id,
+                    ranks: expect.clone(),
+                    seq,
+                }));
+            }
+        }
+        let unsent_finish = expect.difference(&j.sent_finish);
+        if !unsent_finish.is_empty() && all(&j.finished) {
+            let first = j.sent_finish.is_empty();
+            j.sent_finish = expect.clone();
+            if controller {
+                if first {
+                    out.push(Output::Event(JobEvent::Finished {
+                        id,
+                        status: j.status,
+                    }));
+                }
+            } else {
+                out.push(Output::SendUp(ExecUp::Finish {
+                    id,
+                    ranks: unsent_finish,
+                    status: j.status,
+                }));
+            }
+        }
+        if controller {
+            let fresh = j.released.difference(&j.reported_release);
+            if !fresh.is_empty() {
+                j.reported_release = j.reported_release.union(&fresh);
+                let last = all(&j.reported_release);
+                out.push(Output::Event(JobEvent::Released {
+                    id,
+                    ranks: fresh,
+                    last,
+                }));
+                if last {
+                    let (userid, ranks) = (j.userid, j.ranks.clone());
+                    self.out.extend(out);
+                    self.on_down(ExecDown::StateUpdate {
+                        idset: ranks.clone(),
+                        data: Jobs {
+                            jobs: vec![JobTuple(id, userid, UpdateType::Remove, ranks)],
+                        },
+                    });
+                    return;
+                }
+            }
+        } else {
+            let unsent = expect.difference(&j.sent_release);
+            if !unsent.is_empty() && all(&j.released) {
+                j.sent_release = expect.clone();
+                out.push(Output::SendUp(ExecUp::Release { id, ranks: unsent }));
+            }
+        }
+        self.out.extend(out);
+    }
+}
+
+impl Job {
+    fn new(userid: u32, ranks: IdSet, spec: Option<JobSpec>) -> Job {
+        Job {
+            userid,
+            ranks,
+            spec,
+            shell: None,
+            started: IdSet::new(),
+            finished: IdSet::new(),
+            status: 0,
+            released: IdSet::new(),
+            barrier: None,
+            sent_start: IdSet::new(),
+            sent_finish: IdSet::new(),
+            sent_release: IdSet::new(),
+            reported_release: IdSet::new(),
+            fatal: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::RadixTree;
+    use dvmlab_proto::placement::{MapBy, Placement};
+    use std::collections::VecDeque;
+
+    /// A tree of job-exec modules wired in memory: link ids are the child's rank downward;
+    /// the shells' effects are recorded and fed back by the tests.
+    struct Sim {
+        tree: RadixTree,
+        mods: Vec<JobExec>,
+        queue: VecDeque<(Rank, Input)>,
+        launched: Vec<(Rank, JobId)>,
+        killed: Vec<(Rank, JobId, i32)>,
+        epilogs: Vec<(Rank, JobId)>,
+        barrier_done: Vec<(Rank, JobId, u64)>,
+        events: Vec<JobEvent>,
+        logs: Vec<(Rank, String)>,
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            argv: vec!["true".into()],
+            env: vec![],
+            cwd: None,
+            placement: Placement::new(14, (1..15).collect(), MapBy::Node),
+        }
+    }
+
+    impl Sim {
+        fn new(size: u32, radix: u32) -> Sim {
+            let tree = RadixTree::new(radix, size);
+            let mut s = Sim {
+                mods: (0..size).map(|r| JobExec::new(r, r == 0, tree)).collect(),
+                tree,
+                queue: VecDeque::new(),
+                launched: vec![],
+                killed: vec![],
+                epilogs: vec![],
+                barrier_done: vec![],
+                events: vec![],
+                logs: vec![],
+            };
+            for r in 0..size {
+                let kids = s
+                    .tree
+                    .children(r)
+                    .into_iter()
+                    .map(|c| (c as LinkId, c, s.subtree(c)))
+                    .collect();
+                s.push(r, Input::Children(kids));
+            }
+            s.push(0, Input::Recovered(vec![]));
+            for r in 1..size {
+                s.push(r, Input::Uplink(s.tree.parent(r).map(LinkId::from)));
+            }
+            s.run();
+            s
+        }
+
+        fn subtree(&self, r: Rank) -> IdSet {
+            (0..self.tree.size())
+                .filter(|x| self.tree.is_ancestor_or_self(r, *x))
+                .collect()
+        }
+
+        fn push(&mut self, r: Rank, i: Input) {
+            self.queue.push_back((r, i));
+        }
+
+        fn run(&mut self) {
+            while let Some((r, input)) = self.queue.pop_front() {
+                for o in self.mods[r as usize].handle(input) {
+                    match o {
+                        Output::SendDown { link, msg } => self.push(link as Rank, Input::Down(msg)),
+                        Output::SendUp(req) => {
+                            if let Some(p) = self.tree.parent(r) {
+                                self.push(
+                                    p,
+                                    Input::Up {
+                                        link: r.into(),
+                                        req,
+                                    },
+                                );
+                            }
+                        }
+                        Output::Shell(ShellCommand::Launch { id, .. }) => {
+                            self.launched.push((r, id))
+                        }
+                        Output::Shell(ShellCommand::Kill { id, signal }) => {
+                            self.killed.push((r, id, signal))
+                        }
+                        Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
+                            self.barrier_done.push((r, id, seq))
+                        }
+                        Output::Shell(ShellCommand::Epilog { id }) => self.epilogs.push((r, id)),
+                        Output::Event(e) => self.events.push(e),
+                        Output::Log(l) => self.logs.push((r, l)),
+                    }
+                }
+            }
+        }
+
+        fn submit(&mut self, id: JobId, ranks: IdSet) {
+            self.push(
+                0,
+                Input::Submit {
+                    id,
+                    userid: 1000,
+                    ranks,
+                    spec: spec(),
+                },
+            );
+            self.run();
+        }
+
+        fn each(&mut self, ranks: &IdSet, f: impl Fn(Rank) -> Input) {
+            for r in ranks.iter() {
+                self.push(r, f(r));
+            }
+            self.run();
+        }
+    }
+
+    #[test]
+    fn a_job_runs_everywhere_and_the_controller_hears_one_message_per_child_per_event() {
+        let mut s = Sim::new(15, 2);
+        let ranks = IdSet::range(1, 14);
+        s.submit(7, ranks.clone());
+        let mut launched: Vec<Rank> = s.launched.iter().map(|l| l.0).collect();
+        launched.sort();
+        assert_eq!(launched, (1..15).collect::<Vec<_>>());
+        s.each(&ranks, |_| Input::ShellStarted { id: 7 });
+        assert_eq!(s.events, vec![JobEvent::Started { id: 7 }]);
+        assert_eq!(
+            s.mods[0].counters.start, 2,
+            "one start per child of the controller"
+        );
+        s.each(&ranks, |r| Input::ShellExited {
+            id: 7,
+            status: if r == 9 { 256 } else { 0 },
+        });
+        assert_eq!(s.events[1], JobEvent::Finished { id: 7, status: 256 });
+        assert_eq!(s.mods[0].counters.finish, 2);
+        assert_eq!(s.epilogs.len(), 14);
+        s.each(&ranks, |_| Input::EpilogDone { id: 7 });
+        let released: Vec<&JobEvent> = s.events[2..].iter().collect();
+        assert_eq!(
+            released.len(),
+            2,
+            "one release chunk per child: {released:?}"
+        );
+        assert!(matches!(released[1], JobEvent::Released { last: true, .. }));
+        for m in &s.mods {
+            assert_eq!(
+                m.jobs().count(),
+                0,
+                "rank {}: the final release removes the job",
+                m.me
+            );
+        }
+    }
+
+    #[test]
+    fn partial_releases_reach_the_job_manager_in_chunks() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(1, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 1 });
+        s.each(&ranks, |_| Input::ShellExited { id: 1, status: 0 });
+        // Rank 1's subtree (1, 3, 5) finishes its epilogs first.
+        s.each(&"1,3,5".parse().unwrap(), |_| Input::EpilogDone { id: 1 });
+        assert_eq!(
+            s.events.last(),
+            Some(&JobEvent::Released {
+                id: 1,
+                ranks: "1,3,5".parse().unwrap(),
+                last: false
+            })
+        );
+        s.each(&"2,4,6".parse().unwrap(), |_| Input::EpilogDone { id: 1 });
+        assert_eq!(
+            s.events.last(),
+            Some(&JobEvent::Released {
+                id: 1,
+                ranks: "2,4,6".parse().unwrap(),
+                last: true
+            })
+        );
+    }
+
+    #[test]
+    fn a_barrier_completes_only_when_every_shell_entered_the_same_sequence() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        s.each(&"1-5".parse().unwrap(), |_| Input::ShellBarrier {
+            id: 3,
+            seq: 1,
+        });
+        assert!(s.barrier_done.is_empty(), "rank 6 has not entered");
+        s.each(&"6".parse().unwrap(), |_| Input::ShellBarrier {
+            id: 3,
+            seq: 1,
+        });
+        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+        done.sort();
+        assert_eq!(done, vec![1, 2, 3, 4, 5, 6]);
+        assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
+    #[test]
+    fn a_fatal_exception_reaches_the_job_manager_at_once_and_kills_every_shell() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(4, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 4 });
+        s.push(
+            5,
+            Input::LocalFailure {
+                id: 4,
+                note: "boom".into(),
+            },
+        );
+        s.run();
+        assert!(
+            matches!(&s.events[1], JobEvent::Exception { id: 4, severity: 0, note, .. } if note == "boom")
+        );
+        let mut killed: Vec<Rank> = s.killed.iter().map(|k| k.0).collect();
+        killed.sort();
+        assert_eq!(killed, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(s.mods[0].counters.exception, 1);
+    }
+
+    #[test]
+    fn a_check_for_a_job_missing_locally_raises_an_exception() {
+        let mut s = Sim::new(3, 2);
+        s.push(
+            0,
+            Input::Recovered(vec![(9, 1000, IdSet::range(1, 2), spec())]),
+        );
+        // Both children say hello again, as after a controller restart; neither runs job 9.
+        s.push(1, Input::Uplink(Some(0)));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        let exceptions = s
+            .events
+            .iter()
+            .filter(|e| matches!(e, JobEvent::Exception { id: 9, .. }))
+            .count();
+        assert_eq!(exceptions, 2, "{:?}", s.events);
+        assert!(s.launched.is_empty(), "a check never starts a job");
+    }
+
+    #[test]
+    fn a_local_job_missing_from_the_initial_check_list_is_terminated_and_logged() {
+        let mut s = Sim::new(3, 2);
+        s.submit(5, IdSet::range(1, 2));
+        s.each(&IdSet::range(1, 2), |_| Input::ShellStarted { id: 5 });
+        // Rank 2 re-homes to a parent that never heard of job 5.
+        s.mods[0] = JobExec::new(0, true, s.tree);
+        let kids = vec![(1, 1, IdSet::range(1, 1)), (2, 2, IdSet::range(2, 2))];
+        s.push(0, Input::Children(kids));
+        s.push(0, Input::Recovered(vec![]));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        assert!(s.killed.contains(&(2, 5, 9)), "{:?}", s.killed);
+        assert!(s.logs.iter().any(|(r, l)| *r == 2 && l.contains("job 5")));
+    }
+
+    #[test]
+    fn a_restarted_controller_recovers_running_jobs_none_lost_none_run_twice() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(11, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 11 });
+        s.each(&"1,3".parse().unwrap(), |_| Input::ShellExited {
+            id: 11,
+            status: 0,
+        });
+        // The controller dies; a new one recovers the job list the job manager kept.
+        s.mods[0] = JobExec::new(0, true, s.tree);
+        s.events.clear();
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
+        s.push(0, Input::Children(kids));
+        s.push(0, Input::Recovered(vec![(11, 1000, ranks.clone(), spec())]));
+        s.push(1, Input::Uplink(Some(0)));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        assert_eq!(s.launched.len(), 6, "nothing launched again");
+        assert_eq!(
+            s.events,
+            vec![JobEvent::Started { id: 11 }],
+            "the start is known again"
+        );
+        s.each(&"2,4,5,6".parse().unwrap(), |_| Input::ShellExited {
+            id: 11,
+            status: 0,
+        });
+        assert_eq!(s.events[1], JobEvent::Finished { id: 11, status: 0 });
+        s.each(&ranks, |_| Input::EpilogDone { id: 11 });
+        assert!(matches!(
+            s.events.last(),
+            Some(JobEvent::Released { last: true, .. })
+        ));
+    }
+
+    #[test]
+    fn a_restarted_controller_that_ran_part_of_a_job_raises_an_exception_for_its_lost_shell() {
+        let mut s = Sim::new(4, 2);
+        let ranks = IdSet::range(0, 3);
+        s.submit(12, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 12 });
+        // The controller dies, and its job process with it; the others keep running.
+        s.mods[0] = JobExec::new(0, true, s.tree);
+        s.events.clear();
+        // It recovers (and raises) before any child is back, as a real restart does.
+        s.push(0, Input::Recovered(vec![(12, 1000, ranks.clone(), spec())]));
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
+        s.push(0, Input::Children(kids));
+        s.push(1, Input::Uplink(Some(0)));
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        assert!(
+            s.events.iter().any(|e| matches!(
+                e,
+                JobEvent::Exception { id: 12, severity: 0, note, .. } if note.contains("rank 0")
+            )),
+            "{:?}",
+            s.events
+        );
+        // The fatal exception reaches the surviving shells once their daemons reconnect.
+        let mut killed: Vec<Rank> = s.killed.iter().map(|(r, _, _)| *r).collect();
+        killed.sort();
+        assert_eq!(killed, [1, 2, 3]);
+        s.each(&IdSet::range(1, 3), |_| Input::ShellExited {
+            id: 12,
+            status: 9,
+        });
+        s.each(&IdSet::range(1, 3), |_| Input::EpilogDone { id: 12 });
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Finished { id: 12, status: 9 })),
+            "{:?}",
+            s.events
+        );
+        assert!(matches!(
+            s.events.last(),
+            Some(JobEvent::Released { last: true, .. })
+        ));
+    }
+
+    #[test]
+    fn hello_responses_wait_for_the_upstream_hello() {
+        let mut m = JobExec::new(1, false, RadixTree::new(2, 4));
+        m.handle(Input::Children(vec![(3, 3, IdSet::range(3, 3))]));
+        m.handle(Input::Uplink(Some(0)));
+        let out = m.handle(Input::Up {
+            link: 3,
+            req: ExecUp::Hello,
+        });
+        assert!(
+            out.is_empty(),
+            "no answer before our own hello is answered: {out:?}"
+        );
+        let out = m.handle(Input::Down(ExecDown::StateUpdate {
+            idset: IdSet::range(1, 3),
+            data: Jobs { jobs: vec![] },
+        }));
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::SendDown {
+                    link: 3,
+                    msg: ExecDown::StateUpdate { .. }
+                }
+            )),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_child_speaks_only_for_its_own_subtree() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(8, ranks.clone());
+        // Rank 1 (subtree 1, 3, 5) claims every rank started, and output of process 1,
+        // which runs on rank 2.
+        s.push(
+            0,
+            Input::Up {
+                link: 1,
+                req: ExecUp::Start {
+                    id: 8,
+                    ranks: ranks.clone(),
+                },
+            },
+        );
+        s.push(
+            0,
+            Input::Up {
+                link: 1,
+                req: ExecUp::Output {
+                    id: 8,
+                    proc: 1,
+                    stream: Stream::Stdout,
+                    data: b"forged\n".to_vec(),
+                },
+            },
+        );
+        s.run();
+        assert!(s.events.is_empty(), "nothing taken: {:?}", s.events);
+        assert_eq!(s.logs.len(), 2, "{:?}", s.logs);
+        s.each(&"2,4,6".parse().unwrap(), |_| Input::ShellStarted { id: 8 });
+        assert_eq!(
+            s.events,
+            vec![JobEvent::Started { id: 8 }],
+            "1, 3, 5 did count"
+        );
+    }
+
+    #[test]
+    fn a_job_whose_shell_died_with_a_restarted_daemon_still_ends_after_a_controller_restart() {
+        let mut s = Sim::new(7, 3);
+        let ranks = IdSet::range(1, 6);
+        s.submit(2, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 2 });
+        // The controller and rank 2 (parent of rank 5) die and come back.
+        s.mods[0] = JobExec::new(0, true, s.tree);
+        s.mods[2] = JobExec::new(2, false, s.tree);
+        s.events.clear();
+        let kids0 = vec![
+            (1, 1, s.subtree(1)),
+            (2, 2, s.subtree(2)),
+            (3, 3, s.subtree(3)),
+        ];
+        s.push(0, Input::Children(kids0));
+        s.push(0, Input::Recovered(vec![(2, 1000, ranks.clone(), spec())]));
+        s.push(2, Input::Children(vec![(5, 5, s.subtree(5))]));
+        for r in [1, 2, 3] {
+            s.push(r, Input::Uplink(Some(0)));
+        }
+        s.push(5, Input::Uplink(Some(2)));
+        s.run();
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Exception { id: 2, .. })),
+            "{:?}",
+            s.events
+        );
+        // The fatal exception killed every live shell; they exit and release.
+        let live: IdSet = "1,3-6".parse().unwrap();
+        s.each(&live, |_| Input::ShellExited { id: 2, status: 9 });
+        s.each(&live, |_| Input::EpilogDone { id: 2 });
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
+    }
+
+    #[test]
+    fn a_child_that_rejoins_after_its_parent_reported_is_still_counted() {
+        let mut s = Sim::new(7, 3);
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        // Rank 2 restarts with no children yet; rank 5 (its child) comes back later.
+        s.mods[2] = JobExec::new(2, false, s.tree);
+        s.push(2, Input::Uplink(Some(0)));
+        s.run();
+        s.push(2, Input::Children(vec![(5, 5, s.subtree(5))]));
+        s.push(5, Input::Uplink(Some(2)));
+        s.run();
+        let live: IdSet = "1,3-6".parse().unwrap();
+        s.each(&live, |_| Input::ShellExited { id: 3, status: 0 });
+        assert!(
+            s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Finished { id: 3, .. })),
+            "{:?}",
+            s.events
+        );
+        s.each(&live, |_| Input::EpilogDone { id: 3 });
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! Bootstrap preparation: everything a `prted --bootstrap` works out before it listens —
+//! settings, membership, its own identity and address, and the addresses of its ancestors —
+//! with every failure a [`Diagnostic`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::hosts::{self, Resolver};
+use dvmlab_core::conf::{Family, Params, Settings};
+use dvmlab_core::diag::{Diagnostic, Kind, Origin};
+use dvmlab_core::identity::{self, Identity, Membership};
+use dvmlab_core::net::{Chosen, ContactUri};
+use dvmlab_core::tree::{RadixTree, Rank};
+
+/// A daemon ready to start: who it is and how to reach the ranks it may connect to.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub settings: Settings,
+    pub membership: Membership,
+    pub identity: Identity,
+    pub tree: RadixTree,
+    pub resolver: Resolver,
+    pub networks: Vec<IpNet>,
+    /// This daemon's own listening address and mask.
+    pub own: Chosen,
+    /// Contact address of every ancestor, the controller included.
+    pub ancestors: BTreeMap<Rank, Chosen>,
+}
+
+/// What `prted --bootstrap --show-identity --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdentityReport {
+    pub namespace: String,
+    pub rank: Rank,
+    pub role: identity::Role,
+    pub host: String,
+    pub uri: String,
+    pub daemons: u32,
+    pub controller_listed: bool,
+    pub radix: u32,
+    pub parent: Option<Rank>,
+    pub parent_uri: Option<String>,
+    pub ancestors: Vec<Rank>,
+    pub family: Family,
+    pub port: u16,
+    pub conf: String,
+}
+
+impl Prepared {
+    /// Reads the configuration and derives this host's place in the DVM.
+    pub fn new(params: &Params) -> Result<Prepared, Diagnostic> {
+        let settings = crate::conf_file::load(params)?;
+        let resolver = Resolver::from_settings(&settings)?;
+        if settings.family == Family::V6
+            && settings.test_hosts_file.is_none()
+            && !hosts::ipv6_available()
+        {
+            return Err(Diagnostic::new(
+                Kind::Ipv6Unavailable,
+                Origin::File {
+                    path: settings.conf_path.clone(),
+                    line: None,
+                },
+                "DVMIPVersion=6 but this host has no IPv6 (no IPv6 addresses in /proc/net/if_inet6)",
+                "DVMIPVersion=6",
+            ));
+        }
+        let membership = Membership::from_settings(&settings);
+        let local = resolver.local_host(&settings).map_err(|e| {
+            Diagnostic::new(
+                Kind::UnresolvedHost,
+                Origin::Host,
+                format!("cannot learn this host's names and addresses: {e}"),
+                "localhost",
+            )
+        })?;
+        let identity = identity::derive(&membership, &settings, &local)?;
+        let tree = membership.tree(settings.radix);
+        let networks = resolver.networks(&settings)?;
+        let pick = |r: Rank| {
+            resolver.pick(
+                &settings,
+                &networks,
+                &membership.hosts[r as usize],
+                &membership.origins[r as usize],
+            )
+        };
+        let own = pick(identity.rank)?;
+        let mut ancestors = BTreeMap::new();
+        for a in tree.ancestors(identity.rank) {
+            ancestors.insert(a, pick(a)?);
+        }
+        Ok(Prepared {
+            settings,
+            membership,
+            identity,
+            tree,
+            resolver,
+            networks,
+            own,
+            ancestors,
+        })
+    }
+
+    pub fn uri_of(&self, rank: Rank, chosen: Chosen) -> ContactUri {
+        ContactUri {
+            nspace: self.identity.nspace.clone(),
+            rank,
+            addr: SocketAddr::new(chosen.addr, self.settings.port),
+            mask: chosen.mask,
+        }
+    }
+
+    /// The controller's contact URI (this daemon's own if it is the controller).
+    pub fn controller_uri(&self) -> ContactUri {
+        let c = self.ancestors.get(&0).copied().unwrap_or(self.own);
+        self.uri_of(0, c)
+    }
+
+    pub fn report(&self) -> IdentityReport {
+        let parent = self.tree.parent(self.identity.rank);
+        IdentityReport {
+            namespace: self.identity.nspace.clone(),
+            rank: self.identity.rank,
+            role: self.identity.role,
+            host: self.identity.host.clone(),
+            uri: self.uri_of(self.identity.rank, self.own).to_string(),
+            daemons: self.membership.size(),
+            controller_listed: self.membership.controller_listed,
+            radix: self.tree.radix(),
+            parent,
+            parent_uri: parent.and_then(|p| {
+                self.ancestors
+                    .get(&p)
+                    .map(|c| self.uri_of(p, *c).to_string())
+            }),
+            ancestors: self.tree.ancestors(self.identity.rank),
+            family: self.settings.family,
+            port: self.settings.port,
+            conf: self.settings.conf_path.display().to_string(),
+        }
+    }
+}
+
+/// Where a tool finds the controller: the same configuration, the same address choice.
+pub fn controller_addr(params: &Params) -> Result<(Settings, SocketAddr), Diagnostic> {
+    let settings = crate::conf_file::load(params)?;
+    let resolver = Resolver::from_settings(&settings)?;
+    let networks = resolver.networks(&settings)?;
+    let m = Membership::from_settings(&settings);
+    let c = resolver.pick(&settings, &networks, &m.hosts[0], &m.origins[0])?;
+    let addr = SocketAddr::new(c.addr, settings.port);
+    Ok((settings, addr))
+}

@@ -1,0 +1,16 @@
+//! dvmlab's protocol: every frame a DVM process sends ([`wire`]), the job-exec messages
+//! ([`exec`]), where a job runs ([`placement`]), RFC 22 idsets ([`idset`]), the JSON shapes
+//! tools print ([`contract`]) and every limit ([`limits`]). Types and encodings only: no
+//! state machines, no IO.
+
+#[cfg(feature = "codec")]
+pub mod codec;
+pub mod contract;
+pub mod exec;
+pub mod idset;
+pub mod limits;
+pub mod placement;
+pub mod wire;
+
+/// A daemon rank in the DVM namespace; the controller is rank 0.
+pub type Rank = u32;

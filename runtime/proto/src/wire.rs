@@ -1,0 +1,486 @@
+//! The wire protocol: every frame any DVM process sends, and the one codec that carries them.
+//!
+//! Frames are length-delimited (4-byte big-endian length) JSON documents, at most
+//! [`MAX_HELLO_FRAME`] bytes until the hello is accepted and [`MAX_FRAME`] after. A connection
+//! opens with [`Hello`] from the connecting side, answered by `Welcome` (with the protocol
+//! version both speak) or `Refuse`. A frame that does not decode ends the connection; a
+//! well-formed message of a kind this side does not know (a newer peer's) is answered with an
+//! error and the link stays. Nothing a peer sends can panic the receiver.
+
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "codec")]
+pub use crate::codec::FrameCodec;
+use crate::contract::{PingReport, StatusReport};
+use crate::exec::{ExecDown, ExecUp, JobId};
+pub use crate::limits::{MAX_FRAME, MAX_HELLO_FRAME};
+use crate::placement::{MapBy, Placement};
+use crate::Rank;
+
+/// Protocol name sent in every [`Hello`].
+pub const MAGIC: &str = "dvmlab";
+/// The oldest protocol version this build speaks.
+pub const MIN_VERSION: u32 = 1;
+/// The newest protocol version this build speaks. Version 2: job output as bytes, compact
+/// placements, streamed job lists, version ranges and capability bits in the hello.
+pub const VERSION: u32 = 2;
+/// Capability bits this build has (none are defined yet; a peer ignores bits it does not
+/// know, and each side uses a capability only when both have it).
+pub const CAPS: u64 = 0;
+
+/// The first frame on every connection, sent by the side that connected: the range of
+/// protocol versions it speaks, and its capability bits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: String,
+    /// The newest version the sender speaks.
+    pub version: u32,
+    /// The oldest version the sender speaks (a version-1 peer sends none: just `version`).
+    #[serde(default)]
+    pub min_version: Option<u32>,
+    #[serde(default)]
+    pub caps: u64,
+    pub nspace: String,
+    pub peer: Peer,
+}
+
+/// The membership a parent hands a joining child: what differs from what the child read in
+/// `prte.conf` (nothing, in a DVM that has not changed size), so it stays small.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wireup {
+    /// Counts changes of membership (ranks added or departed), not of states.
+    pub epoch: u64,
+    /// Ranks past those listed in `prte.conf`, with their hosts, in rank order.
+    pub added: Vec<(Rank, String)>,
+    pub departed: crate::idset::IdSet,
+}
+
+/// Which stream of a job process a piece of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Bytes as base64 in a JSON string: job output is whatever a process wrote, not text.
+pub mod base64_bytes {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = std::borrow::Cow::<str>::deserialize(d)?;
+        STANDARD
+            .decode(s.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Who is connecting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Peer {
+    /// A daemon of the DVM phoning home to its parent (or a healed-to ancestor).
+    Daemon { rank: Rank, host: String },
+    /// A tool such as `pctl`, talking to the controller.
+    Tool,
+}
+
+/// A member of a subtree, as reported upward.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub rank: Rank,
+    pub host: String,
+    /// The rank it is connected to.
+    pub parent: Rank,
+    /// How many times this daemon has connected upward. A report with a lower epoch than one
+    /// already seen is stale (it travelled an old path) and is ignored.
+    pub epoch: u64,
+}
+
+/// A rank as of one of its connections, for withdrawing exactly that connection's route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankEpoch {
+    pub rank: Rank,
+    pub epoch: u64,
+}
+
+/// Traffic between daemons.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum DaemonMsg {
+    /// Upward: these ranks are now reachable through the sending link.
+    Report { members: Vec<Member> },
+    /// Upward: these ranks (as of these epochs) are no longer reachable through the link.
+    Lost { ranks: Vec<RankEpoch> },
+    /// Either way: a message for one rank, forwarded hop by hop along the tree; dropped when
+    /// `ttl` hops have been used up, so no transient inconsistency can bounce it forever.
+    Routed {
+        src: Rank,
+        dst: Rank,
+        ttl: u8,
+        body: Body,
+    },
+    /// Either way, every heartbeat interval: proves the link's other end is alive.
+    Heartbeat,
+    /// Downward: the DVM is stopping; forward to your children, wait for them, exit.
+    Shutdown,
+    /// Upward, last thing before a stopping daemon exits: these ranks (itself and the part
+    /// of its subtree that confirmed) have stopped. A link that closes without it leaves its
+    /// ranks unconfirmed: the daemon may come back, and must then be told to stop.
+    Stopped { ranks: Vec<Rank> },
+    /// Upward: a job-exec request (RFC 33 `job-exec.*`).
+    ExecUp { req: ExecUp },
+    /// Downward: a job-exec `hello` response.
+    ExecDown { msg: ExecDown },
+    /// Downward, right after the welcome: the membership beyond what `prte.conf` says.
+    Wireup { wireup: Wireup },
+    /// Either way: the other side did not understand a message (it speaks an older
+    /// version); the link stays.
+    Unsupported { what: String },
+    /// A message kind this build does not know (sent by a newer peer).
+    #[serde(other)]
+    Unknown,
+}
+
+/// Payloads of routed messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Body {
+    Ping { id: u64, path: Vec<Rank> },
+    Pong { id: u64, path: Vec<Rank> },
+}
+
+/// A job as `prun` submits it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submit {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<String>,
+    /// `None`: one process per node.
+    pub nprocs: Option<u32>,
+    pub map_by: MapBy,
+    /// Only these hosts (by name), in this order.
+    pub hosts: Option<Vec<String>>,
+    pub time_limit_ms: Option<u64>,
+    pub userid: u32,
+}
+
+/// What a tool asks of the controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "req", rename_all = "snake_case")]
+pub enum ToolRequest {
+    Status,
+    Ping {
+        rank: Rank,
+    },
+    Stop,
+    /// Run a job; the answers stream back on this connection until the job ends.
+    Submit {
+        job: Submit,
+    },
+    Jobs,
+    Kill {
+        id: JobId,
+        signal: i32,
+    },
+    /// A request kind this build does not know (sent by a newer tool).
+    #[serde(other)]
+    Unknown,
+}
+
+/// A job in the controller's list, as it travels to a tool (which expands the placement for
+/// `pctl jobs --json`, see `contract::JobReport`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: JobId,
+    pub state: String,
+    pub argv: Vec<String>,
+    pub placement: Placement,
+    pub status: Option<i32>,
+    pub exception: Option<String>,
+}
+
+/// The controller's answers to a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ToolReply {
+    Status(StatusReport),
+    Ping(PingReport),
+    /// The DVM has stopped; `unconfirmed` lists ranks that did not confirm their exit in time.
+    Stopped {
+        unconfirmed: Vec<Rank>,
+    },
+    Error {
+        message: String,
+    },
+    /// The job was accepted and placed.
+    Submitted {
+        id: JobId,
+        placement: Placement,
+    },
+    /// Bytes job process `proc` wrote, in the order written (at most a line, or
+    /// `MAX_OUTPUT_CHUNK` bytes of a longer one).
+    JobOutput {
+        id: JobId,
+        proc: u32,
+        stream: Stream,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+    },
+    /// The job is over (every rank released); `status` is the greatest wait status.
+    JobEnded {
+        id: JobId,
+        status: i32,
+        exception: Option<String>,
+    },
+    /// One job of the list `Jobs` asked for: a frame per job, so the list's size never
+    /// grows a frame; `JobsEnd` follows the last.
+    Job(JobSummary),
+    JobsEnd,
+    Signalled {
+        id: JobId,
+    },
+}
+
+/// Every frame on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+pub enum Frame {
+    Hello(Hello),
+    /// `version` is the newest both sides speak; `caps` the answering side's bits.
+    Welcome {
+        nspace: String,
+        rank: Rank,
+        #[serde(default = "version_one")]
+        version: u32,
+        #[serde(default)]
+        caps: u64,
+    },
+    Refuse {
+        reason: String,
+    },
+    Daemon(DaemonMsg),
+    Tool(ToolRequest),
+    ToolReply(ToolReply),
+}
+
+fn version_one() -> u32 {
+    1
+}
+
+/// Encodes one frame into its bytes on the wire (length prefix included), refusing one
+/// over [`MAX_FRAME`] with an error that says how large it was.
+pub fn encode_frame(frame: &Frame) -> Result<Bytes, String> {
+    let body = serde_json::to_vec(frame).map_err(|e| format!("cannot encode frame: {e}"))?;
+    if body.len() > MAX_FRAME {
+        return Err(format!(
+            "frame of {} bytes exceeds the {MAX_FRAME}-byte limit",
+            body.len()
+        ));
+    }
+    let mut out = BytesMut::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out.freeze())
+}
+
+impl Hello {
+    pub fn new(nspace: &str, peer: Peer) -> Hello {
+        Hello {
+            magic: MAGIC.into(),
+            version: VERSION,
+            min_version: Some(MIN_VERSION),
+            caps: CAPS,
+            nspace: nspace.into(),
+            peer,
+        }
+    }
+
+    /// The newest version both this build and the sender speak, if any.
+    pub fn common_version(&self) -> Option<u32> {
+        let theirs = self.min_version.unwrap_or(self.version)..=self.version;
+        let v = self.version.min(VERSION);
+        (theirs.contains(&v) && v >= MIN_VERSION).then_some(v)
+    }
+
+    /// Why this hello cannot be accepted by a member of `nspace`, if it cannot.
+    pub fn mismatch(&self, nspace: &str) -> Option<String> {
+        if self.magic != MAGIC {
+            Some(format!("not a {MAGIC} peer (magic {:?})", self.magic))
+        } else if self.common_version().is_none() {
+            Some(format!(
+                "protocol versions {}..={} not supported (this daemon speaks {MIN_VERSION}..={VERSION})",
+                self.min_version.unwrap_or(self.version),
+                self.version
+            ))
+        } else if self.nspace != nspace {
+            Some(format!(
+                "namespace {} is not this DVM's ({nspace})",
+                self.nspace
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use tokio_util::codec::{Decoder, Encoder};
+
+    fn roundtrip(f: Frame) {
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::new();
+        c.encode(f.clone(), &mut buf).unwrap();
+        assert_eq!(c.decode(&mut buf).unwrap(), Some(f));
+        assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn frames_roundtrip() {
+        roundtrip(Frame::Hello(Hello::new(
+            "c-prte-dvm",
+            Peer::Daemon {
+                rank: 3,
+                host: "n03".into(),
+            },
+        )));
+        roundtrip(Frame::Daemon(DaemonMsg::Routed {
+            src: 0,
+            dst: 9,
+            ttl: 64,
+            body: Body::Ping {
+                id: 7,
+                path: vec![0, 1],
+            },
+        }));
+        roundtrip(Frame::Tool(ToolRequest::Ping { rank: 4 }));
+    }
+
+    #[test]
+    fn partial_frames_wait_for_more_bytes() {
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::new();
+        c.encode(Frame::Tool(ToolRequest::Status), &mut buf)
+            .unwrap();
+        let mut part = buf.split_to(buf.len() - 1);
+        assert_eq!(c.decode(&mut part).unwrap(), None);
+    }
+
+    #[test]
+    fn http_and_oversized_frames_are_errors() {
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..]);
+        assert!(c.decode(&mut buf).is_err());
+    }
+
+    #[test]
+    fn hello_mismatches_are_explained() {
+        let h = Hello::new("a-prte-dvm", Peer::Tool);
+        assert!(h.mismatch("a-prte-dvm").is_none());
+        assert!(h.mismatch("b-prte-dvm").unwrap().contains("namespace"));
+        let ancient = Hello {
+            version: 0,
+            min_version: None,
+            ..h.clone()
+        };
+        assert!(ancient.mismatch("a-prte-dvm").unwrap().contains("version"));
+    }
+
+    #[test]
+    fn peers_settle_on_the_newest_version_both_speak() {
+        let h = Hello::new("a", Peer::Tool);
+        assert_eq!(h.common_version(), Some(VERSION));
+        let newer = Hello {
+            version: VERSION + 3,
+            min_version: Some(MIN_VERSION),
+            ..h.clone()
+        };
+        assert_eq!(newer.common_version(), Some(VERSION));
+        let only_newer = Hello {
+            min_version: Some(VERSION + 1),
+            ..newer
+        };
+        assert!(only_newer.mismatch("a").unwrap().contains("not supported"));
+        // A version-1 peer names one version and no range.
+        let v1: Hello = serde_json::from_str(
+            r#"{"magic":"dvmlab","version":1,"nspace":"a","peer":{"kind":"tool"}}"#,
+        )
+        .unwrap();
+        assert_eq!(v1.common_version(), Some(1));
+    }
+
+    #[test]
+    fn a_message_of_an_unknown_kind_decodes_as_unknown_not_as_an_error() {
+        let f: Frame =
+            serde_json::from_str(r#"{"t":"daemon","op":"grow_campaign","x":1}"#).unwrap();
+        assert_eq!(f, Frame::Daemon(DaemonMsg::Unknown));
+        let f: Frame = serde_json::from_str(r#"{"t":"tool","req":"events"}"#).unwrap();
+        assert_eq!(f, Frame::Tool(ToolRequest::Unknown));
+    }
+
+    #[test]
+    fn frames_past_the_limits_are_refused_before_and_after_the_hello() {
+        let mut c = FrameCodec::default();
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((MAX_HELLO_FRAME + 1) as u32).to_be_bytes());
+        assert!(c.decode(&mut buf).is_err(), "a stranger's large frame");
+        let mut c = FrameCodec::default();
+        c.accepted();
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((MAX_HELLO_FRAME + 1) as u32).to_be_bytes());
+        assert_eq!(c.decode(&mut buf).unwrap(), None, "waits for the body");
+        let mut c = FrameCodec::default();
+        c.accepted();
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&((MAX_FRAME + 1) as u32).to_be_bytes());
+        assert!(c.decode(&mut buf).is_err());
+        let huge = Frame::Refuse {
+            reason: "x".repeat(MAX_FRAME),
+        };
+        assert!(encode_frame(&huge).unwrap_err().contains("exceeds"));
+    }
+
+    #[test]
+    fn job_output_travels_as_bytes() {
+        let f = Frame::ToolReply(ToolReply::JobOutput {
+            id: 1,
+            proc: 0,
+            stream: Stream::Stdout,
+            data: vec![0xff, 0, b'\n'],
+        });
+        roundtrip(f);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut c = FrameCodec::default();
+            let mut buf = BytesMut::from(&data[..]);
+            for _ in 0..4 {
+                match c.decode(&mut buf) {
+                    Ok(Some(_)) => continue,
+                    _ => break,
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_json_bodies_never_panic(body in "\\PC{0,200}") {
+            let mut c = FrameCodec::default();
+            let mut buf = BytesMut::new();
+            buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            buf.extend_from_slice(body.as_bytes());
+            let _ = c.decode(&mut buf);
+        }
+    }
+}

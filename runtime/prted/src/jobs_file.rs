@@ -1,0 +1,81 @@
+//! The controller's list of live jobs on disk, in its session directory, so that a restarted
+//! controller recovers them.
+
+use std::path::{Path, PathBuf};
+
+use tracing::warn;
+
+use dvmlab_core::jobs::Persisted;
+
+/// The live jobs a previous life of this controller left in `path` (none if there is no file,
+/// or a file that is not a job list, which is said in the log).
+pub fn read(path: &Path) -> Vec<Persisted> {
+    let live: Vec<Persisted> = match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
+            warn!(
+                "{}: not a job list ({e}); starting with none",
+                path.display()
+            );
+            Vec::new()
+        }),
+        Err(_) => Vec::new(),
+    };
+    if !live.is_empty() {
+        warn!("recovering {} running job(s) after a restart", live.len());
+    }
+    live
+}
+
+/// Writes the controller's list of live jobs to its file, off the daemon's thread: replacing
+/// a file by rename costs about a millisecond on ext4 (it flushes the new data first), which
+/// every job would otherwise wait for several times. Only the latest list is written when
+/// several are queued; dropping the value writes what is queued before it returns, so a
+/// controller that stops leaves its last list behind. A controller killed within that
+/// millisecond of a submit loses the job; its daemons then end it as unknown, as they do for
+/// any job the controller forgot.
+pub struct JobsFile {
+    latest: Option<std::sync::mpsc::Sender<Vec<Persisted>>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl JobsFile {
+    pub fn start(path: PathBuf) -> JobsFile {
+        let (latest, rx) = std::sync::mpsc::channel::<Vec<Persisted>>();
+        let writer = std::thread::spawn(move || {
+            while let Ok(mut live) = rx.recv() {
+                while let Ok(newer) = rx.try_recv() {
+                    live = newer;
+                }
+                let tmp = path.with_extension("tmp");
+                let res = serde_json::to_vec(&live)
+                    .map_err(std::io::Error::other)
+                    .and_then(|b| std::fs::write(&tmp, b))
+                    .and_then(|()| std::fs::rename(&tmp, &path));
+                if let Err(e) = res {
+                    warn!("cannot keep the job list in {}: {e}", path.display());
+                }
+            }
+        });
+        JobsFile {
+            latest: Some(latest),
+            writer: Some(writer),
+        }
+    }
+
+    pub fn write(&self, live: Vec<Persisted>) {
+        if let Some(tx) = &self.latest {
+            // Fails only once the writer is gone, which happens only in drop.
+            let _ = tx.send(live);
+        }
+    }
+}
+
+impl Drop for JobsFile {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after its last write.
+        self.latest = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}

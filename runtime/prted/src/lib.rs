@@ -1,0 +1,681 @@
+//! The `prted` shell: sockets, timers, signals, job processes and the jobs file around
+//! [`DaemonCore`], which it feeds inputs and whose outputs it carries out, and nothing else.
+//!
+//! One task owns the core and feeds it inputs from a channel; every connection has a reader
+//! task that turns frames into inputs and a writer task that drains an outgoing queue.
+
+pub mod cli;
+mod jobs_file;
+mod logging;
+mod reaper;
+mod session;
+mod shell;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use dvmlab_core::conf::settings::expand_template;
+use dvmlab_core::daemon_core::{DaemonCore, Input, Now, Output, Timer};
+use dvmlab_core::exec::ShellCommand;
+use dvmlab_core::identity::Role;
+use dvmlab_core::overlay::{self, Io, LinkId, NodeConfig, Note, MISSED_HEARTBEATS};
+use dvmlab_core::roster::Roster;
+use dvmlab_core::tree::Rank;
+use dvmlab_core::uplink::Policy;
+use dvmlab_host::bootstrap::Prepared;
+use dvmlab_proto::limits::{
+    EVENT_QUEUE, MAX_CONNECTIONS, MAX_LINK_QUEUE, MAX_PENDING_HANDSHAKES, OUTPUT_LOW_WATER,
+};
+use dvmlab_proto::wire::{encode_frame, Frame, FrameCodec, Hello, Peer};
+
+pub use logging::init as init_logging;
+pub use reaper::Reaper;
+pub use shell::BarrierSlot;
+
+/// How long a connect attempt may take; the hello exchange gets as long as a link may stay
+/// silent (`MISSED_HEARTBEATS` intervals), since a peer that accepts but never answers (a
+/// frozen daemon's kernel still completes the TCP handshake) is as good as dead.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The log file this daemon writes besides stderr, if `prte.conf` names one.
+pub fn log_path(p: &Prepared) -> Option<PathBuf> {
+    let s = &p.settings;
+    let t = match p.identity.role {
+        Role::Controller => s.controller_log_path.as_ref(),
+        Role::Daemon => s.prted_log_path.as_ref(),
+    }?;
+    Some(PathBuf::from(expand_template(
+        t,
+        &p.identity.host,
+        p.identity.rank,
+        &p.identity.nspace,
+    )))
+}
+
+/// Which state notes to log, from the `*LogJobState` / `*LogProcState` keys.
+struct StateLogging {
+    job: bool,
+    proc: bool,
+}
+
+/// Messages into the core's task.
+enum Event {
+    Input(Input),
+    /// A connection's writer is ready; frames for `link` go to `tx`.
+    Register {
+        link: LinkId,
+        handle: LinkHandle,
+        writer: JoinHandle<()>,
+    },
+}
+
+/// An overlay input, as the connection tasks send it.
+fn net(i: overlay::Input) -> Event {
+    Event::Input(Input::Net(i))
+}
+
+/// The shell's handle on one connection: its outgoing queue of encoded frames (bounded by
+/// the bytes in it, [`MAX_LINK_QUEUE`]), and what stops its reader.
+struct LinkHandle {
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// Bytes queued and not yet written; the writer takes off what it wrote.
+    queued: Arc<AtomicUsize>,
+    reading: CancellationToken,
+}
+
+impl LinkHandle {
+    /// Queues `frame`, or says why it cannot: too large to encode, or a peer that leaves
+    /// [`MAX_LINK_QUEUE`] bytes unread. Either way the link is to be dropped.
+    fn send(&self, frame: &Frame) -> Result<(), String> {
+        let bytes = encode_frame(frame)?;
+        let queued = self.queued.load(Ordering::Relaxed);
+        if queued + bytes.len() > MAX_LINK_QUEUE {
+            return Err(format!(
+                "the peer leaves {queued} bytes unread (at most {MAX_LINK_QUEUE} are queued)"
+            ));
+        }
+        self.queued.fetch_add(bytes.len(), Ordering::Relaxed);
+        self.tx
+            .send(bytes)
+            .map_err(|_| "its writer has stopped".to_string())
+    }
+
+    fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
+
+/// Shared by the tasks that create connections.
+struct Ctx {
+    events: mpsc::Sender<Event>,
+    handshake: Duration,
+    next_link: AtomicU64,
+    nspace: String,
+    me: Peer,
+    /// One permit per open connection ([`MAX_CONNECTIONS`]).
+    connections: Arc<Semaphore>,
+    /// Connections refused for want of a permit, for a log line now and then.
+    refused: AtomicU64,
+    /// Signalled when a writer's queue drains below [`OUTPUT_LOW_WATER`].
+    drained: Arc<Notify>,
+}
+
+/// Runs the daemon until the DVM stops or a signal ends it.
+pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Result<()> {
+    let s = &p.settings;
+    let own = SocketAddr::new(p.own.addr, s.port);
+    let listener = listen(own).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {own} (DVMPort): {e}"))
+    })?;
+    let mut signals = Signals::new()?;
+    let uri = p.uri_of(p.identity.rank, p.own).to_string();
+    let session_dir = s.session_dir(&p.identity.host, p.identity.rank);
+    let session = session::Session::create(&session_dir, &uri).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!(
+                "cannot create session directory {}: {e}",
+                session_dir.display()
+            ),
+        )
+    })?;
+    let role = p.identity.role;
+    let states = match role {
+        Role::Controller => StateLogging {
+            job: s.controller_log_job_state,
+            proc: s.controller_log_proc_state,
+        },
+        Role::Daemon => StateLogging {
+            job: s.prted_log_job_state,
+            proc: s.prted_log_proc_state,
+        },
+    };
+    info!(
+        "prted {} rank {} ({:?}) on {} listening at {}, session {}",
+        p.identity.nspace,
+        p.identity.rank,
+        role,
+        p.identity.host,
+        uri,
+        session.dir().display()
+    );
+    let cfg = NodeConfig {
+        identity: p.identity.clone(),
+        roster: Roster::from_conf(
+            &p.membership.hosts,
+            p.membership.controller_listed,
+            p.identity.rank,
+        ),
+        tree: p.tree,
+        policy: Policy {
+            initial: s.retry_initial_delay,
+            max: s.retry_max_delay,
+            heal_after: s.connect_max_time,
+        },
+        heartbeat: s.heartbeat,
+        incarnation: SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0),
+        controller_uri: p.controller_uri().to_string(),
+    };
+    let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
+    let ctx = Arc::new(Ctx {
+        events: tx,
+        handshake: s.heartbeat * MISSED_HEARTBEATS,
+        next_link: AtomicU64::new(1),
+        nspace: p.identity.nspace.clone(),
+        me: Peer::Daemon {
+            rank: p.identity.rank,
+            host: p.identity.host.clone(),
+        },
+        connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+        refused: AtomicU64::new(0),
+        drained: Arc::new(Notify::new()),
+    });
+    let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
+    let addrs: HashMap<Rank, SocketAddr> = p
+        .ancestors
+        .iter()
+        .map(|(r, c)| (*r, SocketAddr::new(c.addr, s.port)))
+        .collect();
+
+    let start = Instant::now();
+    let now = || Now {
+        mono: start.elapsed(),
+        unix_ms: unix_ms(),
+    };
+    let mut links: HashMap<LinkId, LinkHandle> = HashMap::new();
+    let mut writers: Vec<JoinHandle<()>> = Vec::new();
+    let (shell_tx, mut shell_rx) = mpsc::channel(EVENT_QUEUE);
+    let runner = shell::Runner::new(
+        p.identity.rank,
+        s.job_prolog.clone(),
+        s.job_epilog.clone(),
+        shell_tx,
+        reaper,
+        slot,
+    );
+    let jobs_path = session.dir().join("jobs.json");
+    let (recovered, jobs_file) = match role {
+        Role::Controller => (
+            Some(jobs_file::read(&jobs_path)),
+            Some(jobs_file::JobsFile::start(jobs_path)),
+        ),
+        Role::Daemon => (None, None),
+    };
+    let mut core = DaemonCore::new(cfg, recovered);
+    let mut pending = core.handle(now(), Input::Net(overlay::Input::Start));
+    // Inputs the shell itself produces (a link it had to drop), handled before new events.
+    let mut inbox: VecDeque<Input> = VecDeque::new();
+
+    'main: loop {
+        for out in pending.drain(..) {
+            match out {
+                Output::Net(Io::Connect { rank, delay }) => match addrs.get(&rank) {
+                    Some(&addr) => {
+                        tokio::spawn(connect(ctx.clone(), rank, addr, delay));
+                    }
+                    None => warn!("no address for rank {rank}; cannot connect"),
+                },
+                Output::Net(Io::Send { link, frame }) => {
+                    send_on(&mut links, link, &frame, &mut inbox)
+                }
+                Output::Net(Io::Close { link }) => {
+                    if let Some(h) = links.remove(&link) {
+                        h.reading.cancel();
+                    }
+                }
+                Output::Net(Io::Note(n)) => log_note(&n, &states),
+                Output::Net(Io::Exit) => break 'main,
+                Output::SetTimer { timer, delay } => {
+                    let ev = ctx.events.clone();
+                    let input = match timer {
+                        Timer::Net(t) => Input::Net(overlay::Input::Timer(t)),
+                        Timer::JobLimit(id) => Input::JobLimit(id),
+                    };
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = ev.send(Event::Input(input)).await;
+                    });
+                }
+                Output::Shell(ShellCommand::Launch { id, spec }) => runner.launch(id, spec),
+                Output::Shell(ShellCommand::Kill { id, signal }) => runner.kill(id, signal),
+                Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
+                    runner.barrier_done(id, seq)
+                }
+                Output::Shell(ShellCommand::Epilog { id }) => runner.epilog(id),
+                Output::Persist(live) => {
+                    if let Some(f) = &jobs_file {
+                        f.write(live);
+                    }
+                }
+                Output::Log(l) => warn!("{l}"),
+            }
+        }
+        // Local job output is taken in only while every link has room for it; the job
+        // shells wait (and their processes block in write) meanwhile.
+        let room = links.values().all(|h| h.queued() < OUTPUT_LOW_WATER);
+        let input = if let Some(i) = inbox.pop_front() {
+            i
+        } else {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(Event::Input(i)) => i,
+                    Some(Event::Register { link, handle, writer }) => {
+                        links.insert(link, handle);
+                        writers.retain(|w| !w.is_finished());
+                        writers.push(writer);
+                        continue;
+                    }
+                    None => break 'main,
+                },
+                Some(ji) = shell_rx.recv(), if room => Input::Shell(ji),
+                _ = ctx.drained.notified(), if !room => continue,
+                sig = signals.recv() => {
+                    info!("received {sig}; rank {} exiting", core.rank());
+                    break 'main;
+                }
+            }
+        };
+        if let Input::Net(overlay::Input::Closed { link }) = &input {
+            if let Some(h) = links.remove(link) {
+                h.reading.cancel();
+            }
+        }
+        pending = core.handle(now(), input);
+    }
+    runner.kill_all();
+    accept.abort();
+    drop(links);
+    for w in writers {
+        let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
+    }
+    drop(jobs_file);
+    session.remove();
+    info!("rank {} exited", core.rank());
+    Ok(())
+}
+
+/// Queues `frame` on `link`; a link that cannot take it (see [`LinkHandle::send`]) is
+/// dropped at once and the core told, rather than left to fail its heartbeats.
+fn send_on(
+    links: &mut HashMap<LinkId, LinkHandle>,
+    link: LinkId,
+    frame: &Frame,
+    inbox: &mut VecDeque<Input>,
+) {
+    let Some(h) = links.get(&link) else {
+        return;
+    };
+    if let Err(why) = h.send(frame) {
+        warn!("link {link}: cannot send: {why}; dropping the link");
+        if let Some(h) = links.remove(&link) {
+            h.reading.cancel();
+        }
+        inbox.push_back(Input::Net(overlay::Input::Closed { link }));
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn log_note(n: &Note, states: &StateLogging) {
+    match n {
+        Note::DvmReady { nspace, daemons } => {
+            info!("DVM ready: namespace {nspace}, {daemons} daemons")
+        }
+        Note::DvmIncomplete { joined, expected } => {
+            warn!("DVM no longer formed: {joined} of {expected} daemons joined")
+        }
+        Note::Joined {
+            parent,
+            tree_parent,
+        } if parent == tree_parent => info!("joined the DVM through parent rank {parent}"),
+        Note::Joined {
+            parent,
+            tree_parent,
+        } => info!(
+            "joined the DVM through ancestor rank {parent} (healed past tree parent {tree_parent})"
+        ),
+        Note::Healing { from, to } => {
+            warn!("parent rank {from} unreachable for DVMConnectMaxTime; healing up to rank {to}")
+        }
+        Note::ConnectFailed {
+            rank,
+            reason,
+            retry_in,
+        } => debug!("connect to rank {rank} failed ({reason}); retry in {retry_in:?}"),
+        Note::UplinkLost { rank } => warn!("lost connection to rank {rank}; reconnecting"),
+        Note::LinkDead { rank } => {
+            warn!("link to rank {rank} silent for {MISSED_HEARTBEATS} heartbeats; dropped")
+        }
+        Note::Replaced { rank } => {
+            info!("rank {rank} reconnected; its previous link is dropped")
+        }
+        Note::Refused { link, reason } => warn!("link {link}: {reason}"),
+        Note::Unroutable { dst } => warn!("no route to rank {dst}; message dropped"),
+        Note::Unsupported { link, what } => {
+            warn!("link {link}: the peer did not understand {what}")
+        }
+        Note::StopIncomplete { ranks } => {
+            warn!("stop: no exit confirmation from ranks {ranks:?}")
+        }
+        Note::JobState { state } if states.job => info!("DVM job state {state}"),
+        Note::ProcState { rank, state } if states.proc => {
+            info!("daemon rank {rank} state {state}")
+        }
+        Note::JobState { .. } | Note::ProcState { .. } => {}
+    }
+}
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let sock = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(1024)
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
+}
+
+/// Accepts connections while fewer than [`MAX_PENDING_HANDSHAKES`] are still in their
+/// hello (the rest wait in the kernel's backlog), and closes at once any that would make
+/// more than [`MAX_CONNECTIONS`]: a flood of idle or slow clients cannot starve real peers
+/// or grow the daemon.
+async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
+    let handshakes = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        let Ok(handshake) = handshakes.clone().acquire_owned().await else {
+            return;
+        };
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let Ok(conn) = ctx.connections.clone().try_acquire_owned() else {
+                    let n = ctx.refused.fetch_add(1, Ordering::Relaxed) + 1;
+                    if n.is_power_of_two() {
+                        warn!("{peer}: {MAX_CONNECTIONS} connections already open; closed ({n} so far)");
+                    }
+                    continue;
+                };
+                tokio::spawn(serve_inbound(ctx.clone(), stream, peer, handshake, conn));
+            }
+            Err(e) => {
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Starts the writer task of a connection and hands its queue to the core's task; returns the
+/// token that stops the connection's reader. A write that fails is reported to the core at
+/// once (as the link's close), so it drops the link without waiting for heartbeats.
+async fn register(
+    ctx: &Ctx,
+    link: LinkId,
+    mut write: tokio::net::tcp::OwnedWriteHalf,
+    peer: String,
+) -> CancellationToken {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let (events, left, drained) = (ctx.events.clone(), queued.clone(), ctx.drained.clone());
+    let writer = tokio::spawn(async move {
+        // Frames queued together go out in one write.
+        let mut batch = BytesMut::new();
+        while let Some(first) = rx.recv().await {
+            batch.extend_from_slice(&first);
+            while batch.len() < 256 << 10 {
+                match rx.try_recv() {
+                    Ok(more) => batch.extend_from_slice(&more),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = write.write_all(&batch).await {
+                warn!("{peer}: write failed: {e}; dropping the link");
+                let _ = events.send(net(overlay::Input::Closed { link })).await;
+                return;
+            }
+            let before = left.fetch_sub(batch.len(), Ordering::Relaxed);
+            if before >= OUTPUT_LOW_WATER && before - batch.len() < OUTPUT_LOW_WATER {
+                drained.notify_one();
+            }
+            batch.clear();
+        }
+        let _ = write.shutdown().await;
+        until_acknowledged(&write).await;
+    });
+    let reading = CancellationToken::new();
+    let handle = LinkHandle {
+        tx,
+        queued,
+        reading: reading.clone(),
+    };
+    let _ = ctx
+        .events
+        .send(Event::Register {
+            link,
+            handle,
+            writer,
+        })
+        .await;
+    reading
+}
+
+/// Waits (at most 2 s) until the peer acknowledged everything sent on `w`. A process that
+/// exits with unread data in a socket makes the kernel answer with a reset, which discards
+/// what is still unacknowledged: on a lossy link, the last frame of an exiting daemon (its
+/// stop confirmation) would be lost.
+async fn until_acknowledged(w: &tokio::net::tcp::OwnedWriteHalf) {
+    use std::os::fd::AsRawFd;
+    let fd = w.as_ref().as_raw_fd();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let mut unacked: nix::libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int through the pointer; `fd` is open while `w` lives.
+        let r = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCOUTQ, &mut unacked) };
+        // The kernel has no event for "all acknowledged": poll it.
+        if r != 0 || unacked == 0 || tokio::time::Instant::now() >= give_up {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn serve_inbound(
+    ctx: Arc<Ctx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    handshake: OwnedSemaphorePermit,
+    _connection: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    let hello = match tokio::time::timeout(ctx.handshake, frames.next()).await {
+        Ok(Some(Ok(Frame::Hello(h)))) => h,
+        Ok(Some(Ok(_))) => return warn!("{peer}: first frame was not a hello; dropped"),
+        Ok(Some(Err(e))) => return warn!("{peer}: {e}; dropped"),
+        Ok(None) => return debug!("{peer}: closed before hello"),
+        Err(_) => return warn!("{peer}: no hello within {:?}; dropped", ctx.handshake),
+    };
+    drop(handshake);
+    if let Some(reason) = hello.mismatch(&ctx.nspace) {
+        warn!("{peer}: refused: {reason}");
+        let mut sink = FramedWrite::new(write, FrameCodec::default());
+        let _ = sink.send(Frame::Refuse { reason }).await;
+        return;
+    }
+    frames.decoder_mut().accepted();
+    let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
+    let reading = register(&ctx, link, write, peer.to_string()).await;
+    let _ = ctx
+        .events
+        .send(net(overlay::Input::Hello {
+            link,
+            version: hello
+                .common_version()
+                .unwrap_or(dvmlab_proto::wire::MIN_VERSION),
+            peer: hello.peer,
+        }))
+        .await;
+    read_frames(&ctx, link, frames, reading, &peer.to_string()).await;
+}
+
+/// Turns a connection's frames into inputs until it closes, sends garbage, or the core
+/// closes it.
+async fn read_frames(
+    ctx: &Ctx,
+    link: LinkId,
+    mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+    reading: CancellationToken,
+    peer: &str,
+) {
+    loop {
+        let item = tokio::select! {
+            item = frames.next() => match item {
+                Some(item) => item,
+                None => break,
+            },
+            _ = reading.cancelled() => break,
+        };
+        let input = match item {
+            Ok(Frame::Daemon(msg)) => overlay::Input::Frame { link, msg },
+            Ok(Frame::Tool(req)) => overlay::Input::Tool { link, req },
+            Ok(other) => {
+                let mut what = format!("{other:?}");
+                what.truncate(200);
+                warn!("{peer}: unexpected frame {what}; dropping the link");
+                break;
+            }
+            Err(e) => {
+                warn!("{peer}: {e}; dropping the link");
+                break;
+            }
+        };
+        if ctx.events.send(net(input)).await.is_err() {
+            return;
+        }
+    }
+    let _ = ctx.events.send(net(overlay::Input::Closed { link })).await;
+}
+
+async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
+    tokio::time::sleep(delay).await;
+    match try_connect(&ctx, addr).await {
+        Ok((stream, frames)) => {
+            let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
+            let what = format!("rank {rank} at {addr}");
+            let reading = register(&ctx, link, stream, what).await;
+            let _ = ctx
+                .events
+                .send(net(overlay::Input::UplinkUp { link, rank }))
+                .await;
+            read_frames(
+                &ctx,
+                link,
+                frames,
+                reading,
+                &format!("rank {rank} at {addr}"),
+            )
+            .await;
+        }
+        Err(reason) => {
+            let _ = ctx
+                .events
+                .send(net(overlay::Input::UplinkFailed { rank, reason }))
+                .await;
+        }
+    }
+}
+
+type Halves = (
+    tokio::net::tcp::OwnedWriteHalf,
+    FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+);
+
+async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| format!("connect to {addr} timed out"))?
+        .map_err(|e| format!("connect to {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (read, write) = stream.into_split();
+    let mut sink = FramedWrite::new(write, FrameCodec::default());
+    sink.send(Frame::Hello(Hello::new(&ctx.nspace, ctx.me.clone())))
+        .await
+        .map_err(|e| format!("hello to {addr}: {e}"))?;
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    match tokio::time::timeout(ctx.handshake, frames.next()).await {
+        Ok(Some(Ok(Frame::Welcome { .. }))) => {
+            frames.decoder_mut().accepted();
+            Ok((sink.into_inner(), frames))
+        }
+        Ok(Some(Ok(Frame::Refuse { reason }))) => Err(format!("{addr} refused: {reason}")),
+        Ok(Some(Ok(other))) => Err(format!("{addr} answered hello with {other:?}")),
+        Ok(Some(Err(e))) => Err(format!("{addr}: {e}")),
+        Ok(None) => Err(format!("{addr} closed during hello")),
+        Err(_) => Err(format!("{addr}: no welcome within {:?}", ctx.handshake)),
+    }
+}

@@ -1,0 +1,429 @@
+//! The job shell: the processes a daemon starts on its node for a job (after the prolog),
+//! their output, their exit, signals to them, barriers, and the epilog. Every process leads
+//! its own process group, so a signal reaches what it forks, and the daemon's [`Reaper`]
+//! kills those groups if the daemon dies, so a dying daemon leaves none of them behind.
+//!
+//! Barrier client: every process has a socket on file descriptor `DVMLAB_BARRIER_FD` (3). It
+//! writes `barrier SEQ` on its own line and reads a line back (`ok SEQ`) once every process
+//! of the job, on every node, entered barrier SEQ. In a shell:
+//! `echo "barrier 1" >&3; read reply <&3`.
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use nix::fcntl::OFlag;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::{dup3, dup3_raw, Pid};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::reaper::Reaper;
+use dvmlab_core::exec::{Input, JobId, JobSpec};
+use dvmlab_core::tree::Rank;
+use dvmlab_proto::limits::MAX_OUTPUT_CHUNK;
+use dvmlab_proto::wire::Stream;
+
+/// Starts and signals job shells; reports back through `events` as job-exec inputs.
+pub struct Runner {
+    me: Rank,
+    prolog: Option<String>,
+    epilog: Option<String>,
+    events: mpsc::Sender<Input>,
+    /// Process groups of each job's local processes.
+    groups: Arc<Mutex<HashMap<JobId, Vec<i32>>>>,
+    /// Kills those groups if this daemon dies.
+    reaper: Arc<Mutex<Reaper>>,
+    slot: Arc<Mutex<BarrierSlot>>,
+    barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
+}
+
+/// The barrier sockets of one job's local processes, and who entered which barrier.
+#[derive(Default)]
+struct Barriers {
+    /// Local processes of the job, and the write side of each one's socket.
+    procs: usize,
+    writers: Vec<tokio::net::unix::OwnedWriteHalf>,
+    entered: HashMap<u64, usize>,
+}
+
+/// Runs `cmd` with `sh -c`, with the job's id in the environment; its exit status.
+async fn hook(cmd: &str, id: JobId) -> Result<(), String> {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .env("DVMLAB_JOB_ID", id.to_string())
+        .stdin(Stdio::null())
+        .status()
+        .await
+        .map_err(|e| format!("{cmd:?}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} exited with {st}"))
+    }
+}
+
+impl Runner {
+    pub fn new(
+        me: Rank,
+        prolog: Option<String>,
+        epilog: Option<String>,
+        events: mpsc::Sender<Input>,
+        reaper: Reaper,
+        slot: BarrierSlot,
+    ) -> Runner {
+        Runner {
+            me,
+            prolog,
+            epilog,
+            events,
+            groups: Arc::new(Mutex::new(HashMap::new())),
+            reaper: Arc::new(Mutex::new(reaper)),
+            slot: Arc::new(Mutex::new(slot)),
+            barriers: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// Every shell of the job entered barrier `seq`: tell each local process.
+    pub fn barrier_done(&self, id: JobId, seq: u64) {
+        if let Ok(mut b) = self.barriers.lock() {
+            if let Some(b) = b.get_mut(&id) {
+                b.entered.remove(&seq);
+                for w in &b.writers {
+                    // One short line on a fresh socket: the buffer always has room.
+                    if let Err(e) = w.try_write(format!("ok {seq}\n").as_bytes()) {
+                        warn!("job {id}: barrier {seq} reply lost: {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the prolog, then this rank's processes of the job, and reports start, output
+    /// lines and the greatest wait status.
+    pub fn launch(&self, id: JobId, spec: JobSpec) {
+        let (me, events, groups, prolog, barriers, reaper, slot) = (
+            self.me,
+            self.events.clone(),
+            self.groups.clone(),
+            self.prolog.clone(),
+            self.barriers.clone(),
+            self.reaper.clone(),
+            self.slot.clone(),
+        );
+        tokio::spawn(async move {
+            // Fails only once the daemon's core is gone, and then nobody listens.
+            let send = |i: Input| {
+                let events = events.clone();
+                async move {
+                    let _ = events.send(i).await;
+                }
+            };
+            if let Some(p) = prolog {
+                if let Err(e) = hook(&p, id).await {
+                    send(Input::LocalFailure {
+                        id,
+                        note: format!("prolog on rank {me} failed: {e}"),
+                    })
+                    .await;
+                    send(Input::ShellExited { id, status: 1 << 8 }).await;
+                    return;
+                }
+            }
+            let mut children = Vec::new();
+            let mut readers = Vec::new();
+            let procs = spec.placement.procs_on(me);
+            if let Ok(mut b) = barriers.lock() {
+                b.entry(id).or_default().procs = procs.len();
+            }
+            for proc in procs {
+                let spawned = match slot.lock() {
+                    Ok(mut slot) => spawn(&spec, id, proc, &mut slot),
+                    Err(_) => Err(std::io::Error::other("barrier slot poisoned")),
+                };
+                match spawned {
+                    Ok((mut child, socket)) => {
+                        let (read, write) = socket.into_split();
+                        if let Ok(mut b) = barriers.lock() {
+                            b.entry(id).or_default().writers.push(write);
+                        }
+                        tokio::spawn(barrier_requests(read, barriers.clone(), events.clone(), id));
+                        if let Some(pid) = child.id() {
+                            if let Ok(mut r) = reaper.lock() {
+                                r.started(pid as i32);
+                            }
+                            if let Ok(mut g) = groups.lock() {
+                                g.entry(id).or_default().push(pid as i32);
+                            }
+                        }
+                        for (stream, pipe) in [
+                            (Stream::Stdout, child.stdout.take().map(box_reader)),
+                            (Stream::Stderr, child.stderr.take().map(box_reader)),
+                        ] {
+                            if let Some(r) = pipe {
+                                readers.push(tokio::spawn(forward(
+                                    r,
+                                    events.clone(),
+                                    id,
+                                    proc,
+                                    stream,
+                                )));
+                            }
+                        }
+                        children.push(child);
+                    }
+                    Err(e) => {
+                        send(Input::LocalFailure {
+                            id,
+                            note: format!("cannot start {:?} on rank {me}: {e}", spec.argv),
+                        })
+                        .await;
+                        kill_groups(&groups, id, Signal::SIGKILL);
+                        for mut c in children {
+                            let _ = c.wait().await;
+                        }
+                        forget_groups(&groups, &reaper, id);
+                        send(Input::ShellExited {
+                            id,
+                            status: 127 << 8,
+                        })
+                        .await;
+                        return;
+                    }
+                }
+            }
+            send(Input::ShellStarted { id }).await;
+            let mut status = 0;
+            for mut c in children {
+                let st = match c.wait().await {
+                    Ok(st) => st.into_raw(),
+                    Err(e) => {
+                        warn!("waiting for a process of job {id}: {e}");
+                        1 << 8
+                    }
+                };
+                status = status.max(st);
+            }
+            // All output before the exit: the tool must have all of it when the job ends.
+            // (A process that left a child holding its pipes gets a second, not forever.)
+            for r in readers {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), r).await;
+            }
+            forget_groups(&groups, &reaper, id);
+            if let Ok(mut b) = barriers.lock() {
+                b.remove(&id);
+            }
+            send(Input::ShellExited { id, status }).await;
+        });
+    }
+
+    /// Signals every local process group of the job.
+    pub fn kill(&self, id: JobId, signal: i32) {
+        match Signal::try_from(signal) {
+            Ok(sig) => kill_groups(&self.groups, id, sig),
+            Err(_) => warn!("job {id}: signal {signal} is not a signal"),
+        }
+    }
+
+    /// Runs the epilog (if any), then reports this rank's resources free.
+    pub fn epilog(&self, id: JobId) {
+        let (me, events, epilog) = (self.me, self.events.clone(), self.epilog.clone());
+        tokio::spawn(async move {
+            if let Some(e) = epilog {
+                if let Err(err) = hook(&e, id).await {
+                    let _ = events
+                        .send(Input::LocalFailure {
+                            id,
+                            note: format!("epilog on rank {me} failed: {err}"),
+                        })
+                        .await;
+                }
+            }
+            let _ = events.send(Input::EpilogDone { id }).await;
+        });
+    }
+
+    /// Kills every job process (the daemon is going away).
+    pub fn kill_all(&self) {
+        if let Ok(g) = self.groups.lock() {
+            for pg in g.values().flatten() {
+                let _ = killpg(Pid::from_raw(*pg), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+type Reader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+
+fn box_reader<R: tokio::io::AsyncRead + Unpin + Send + 'static>(r: R) -> Reader {
+    Box::new(r)
+}
+
+/// The job's processes were reaped: once their groups empty, the numbers may be reused, so
+/// the reaper must no longer kill them. (What a process left running in its group after it
+/// exited is therefore no longer covered.)
+fn forget_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, reaper: &Mutex<Reaper>, id: JobId) {
+    let gone = groups.lock().ok().and_then(|mut g| g.remove(&id));
+    if let Ok(mut r) = reaper.lock() {
+        for pg in gone.into_iter().flatten() {
+            r.ended(pg);
+        }
+    }
+}
+
+fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal) {
+    if let Ok(g) = groups.lock() {
+        for pg in g.get(&id).into_iter().flatten() {
+            let _ = killpg(Pid::from_raw(*pg), sig);
+        }
+    }
+}
+
+/// Reads `barrier SEQ` lines from one process; once every local process of the job entered
+/// SEQ, this rank's shell has entered it.
+async fn barrier_requests(
+    read: tokio::net::unix::OwnedReadHalf,
+    barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
+    events: mpsc::Sender<Input>,
+    id: JobId,
+) {
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Some(seq) = line
+            .strip_prefix("barrier ")
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        else {
+            warn!("job {id}: not a barrier request: {line:?}");
+            continue;
+        };
+        let complete = barriers.lock().ok().is_some_and(|mut b| {
+            b.get_mut(&id).is_some_and(|b| {
+                let n = b.entered.entry(seq).or_default();
+                *n += 1;
+                *n == b.procs
+            })
+        });
+        if complete {
+            let _ = events.send(Input::ShellBarrier { id, seq }).await;
+        }
+    }
+}
+
+/// The file descriptor a job process finds its barrier socket on.
+const BARRIER_FD: i32 = 3;
+
+/// The daemon's own descriptor 3, claimed at start-up (on /dev/null, close-on-exec) so that
+/// nothing else is ever given that number. For each spawn it holds the child's barrier
+/// socket without close-on-exec, so the child inherits it as descriptor 3, and goes back to
+/// /dev/null right after. This keeps the spawn free of pre-exec hooks, so the standard
+/// library uses posix_spawn (vfork-style, no page-table copy), which is most of a job's
+/// start-up cost on a busy node; and a small number, which every shell can redirect.
+pub struct BarrierSlot {
+    fd3: OwnedFd,
+    null: OwnedFd,
+}
+
+impl BarrierSlot {
+    /// Claims descriptor 3. Call before the process opens anything of its own: an inherited
+    /// descriptor 3 is replaced.
+    pub fn claim() -> std::io::Result<BarrierSlot> {
+        let first = OwnedFd::from(std::fs::File::open("/dev/null")?);
+        let fd3 = if first.as_raw_fd() == BARRIER_FD {
+            first
+        } else {
+            // SAFETY: descriptor 3 belongs to no object of this process yet (see above).
+            unsafe { dup3_raw(&first, BARRIER_FD, OFlag::O_CLOEXEC) }?
+        };
+        let null = OwnedFd::from(std::fs::File::open("/dev/null")?);
+        Ok(BarrierSlot { fd3, null })
+    }
+}
+
+fn spawn(
+    spec: &JobSpec,
+    id: JobId,
+    proc: u32,
+    slot: &mut BarrierSlot,
+) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    ours.set_nonblocking(true)?;
+    let ours = tokio::net::UnixStream::from_std(ours)?;
+    let (prog, args) = spec
+        .argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty command"))?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env("DVMLAB_JOB_ID", id.to_string())
+        .env("DVMLAB_PROC", proc.to_string())
+        .env("DVMLAB_NPROCS", spec.placement.nprocs.to_string())
+        .env("DVMLAB_BARRIER_FD", BARRIER_FD.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(d) = &spec.cwd {
+        cmd.current_dir(d);
+    }
+    // Only this thread spawns processes, so only this child inherits the socket.
+    dup3(&theirs, &mut slot.fd3, OFlag::empty())?;
+    let child = cmd.spawn();
+    dup3(&slot.null, &mut slot.fd3, OFlag::O_CLOEXEC)?;
+    Ok((child?, ours))
+}
+
+/// Sends what process `proc` writes on `r` to job-exec, as it was written: a piece per line,
+/// a line longer than [`MAX_OUTPUT_CHUNK`] in pieces of that size, and whatever is left
+/// without a newline at the end. Bytes, not text: nothing a process writes is lost or
+/// refused. The channel is bounded, so a process that writes faster than its output travels
+/// blocks in its write.
+async fn forward(r: Reader, events: mpsc::Sender<Input>, id: JobId, proc: u32, stream: Stream) {
+    let mut r = BufReader::with_capacity(MAX_OUTPUT_CHUNK, r);
+    let mut piece = Vec::new();
+    loop {
+        let buf = match r.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => buf,
+        };
+        let room = MAX_OUTPUT_CHUNK - piece.len();
+        let take = &buf[..buf.len().min(room)];
+        let (n, complete) = match take.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (take.len(), take.len() == room),
+        };
+        piece.extend_from_slice(&take[..n]);
+        r.consume(n);
+        if complete {
+            let data = std::mem::take(&mut piece);
+            if events
+                .send(Input::ShellOutput {
+                    id,
+                    proc,
+                    stream,
+                    data,
+                })
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+    if !piece.is_empty() {
+        let _ = events
+            .send(Input::ShellOutput {
+                id,
+                proc,
+                stream,
+                data: piece,
+            })
+            .await;
+    }
+}

@@ -1,0 +1,715 @@
+//! The simulator (dev only): many whole daemons (`DaemonCore`: overlay, job-exec and job manager) wired
+//! by an in-memory network with random boot times, random per-message latency (FIFO per link,
+//! like TCP), parents that boot late, crashes with and without FIN, restarts and cut links;
+//! tools submit jobs throughout and simulated job shells run them. Invariants are checked
+//! after every step (and the cores `debug_assert!` their own after every input), not only
+//! at the end. No sockets, no clocks: every run is reproducible from the proptest seed, and
+//! every minimal failing case found is kept below as a named test.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::time::Duration;
+
+use dvmlab_core::daemon_core::{DaemonCore, Input as CoreInput, Now, Output, Timer};
+use dvmlab_core::exec::{Input as ShellInput, JobId, ShellCommand};
+use dvmlab_core::identity::{Identity, Role};
+use dvmlab_core::overlay::{Input, Io, LinkId, NodeConfig};
+use dvmlab_core::roster::Roster;
+use dvmlab_core::tree::{RadixTree, Rank};
+use dvmlab_core::uplink::Policy;
+use dvmlab_proto::contract::MemberState;
+use dvmlab_proto::placement::MapBy;
+use dvmlab_proto::wire::{DaemonMsg, Frame, Peer, Submit, ToolReply, ToolRequest};
+use proptest::prelude::*;
+
+/// One simulated millisecond.
+pub const MS: u64 = 1;
+pub const TOOL: LinkId = u64::MAX;
+/// Tools submitting jobs have links from here up, one each.
+pub const JOB_TOOLS: LinkId = 1 << 62;
+
+/// Something that happens in a simulated run, at a time of its own.
+#[derive(Debug, Clone)]
+pub enum Ev {
+    Boot(Rank),
+    Input(Rank, Input),
+    /// `from` tries to connect to `to`.
+    Dial {
+        from: Rank,
+        to: Rank,
+    },
+    /// The daemon dies; with `fin` its peers see its connections close, without it they only
+    /// stop hearing from it (power loss, freeze, partition).
+    Crash {
+        rank: Rank,
+        fin: bool,
+    },
+    /// One of the open links (picked by `seed`) breaks.
+    Cut {
+        seed: usize,
+    },
+    /// The dialer of `link` gives up if no welcome came (the shell's handshake timeout).
+    HelloTimeout {
+        link: LinkId,
+    },
+    /// A tool connects to the controller and submits a job of `nprocs` processes that each
+    /// run `run_ms`.
+    Submit {
+        nprocs: Option<u32>,
+        run_ms: u64,
+    },
+    /// A job shell's event, from the shell of incarnation `life` of `rank` (dropped if that
+    /// daemon has died since).
+    Shell {
+        rank: Rank,
+        life: u64,
+        input: ShellInput,
+    },
+}
+
+/// A job as the tool that submitted it saw it.
+#[derive(Debug, Default)]
+pub struct ToolView {
+    pub id: Option<JobId>,
+    pub refused: Option<String>,
+    pub ended: u32,
+    pub run_ms: u64,
+}
+
+/// A simulated DVM: its daemons, the network between them, the tools and job shells, and
+/// what the invariants checked after every step have seen.
+pub struct Sim {
+    pub nodes: BTreeMap<Rank, DaemonCore>,
+    pub alive: Vec<bool>,
+    pub cfg: Vec<NodeConfig>,
+    pub queue: BinaryHeap<Reverse<(u64, u64, usize)>>,
+    pub events: Vec<Ev>,
+    pub seq: u64,
+    pub now: u64,
+    /// link id → (owner, peer rank, peer's link id)
+    pub links: BTreeMap<LinkId, (Rank, Rank, LinkId)>,
+    pub next_link: LinkId,
+    /// Dialer's link → the rank it dialed, until the welcome (or refusal) arrives.
+    pub pending: BTreeMap<LinkId, Rank>,
+    /// per link: time of the last delivery, to keep each link FIFO
+    pub last: BTreeMap<LinkId, u64>,
+    pub latency: Vec<u64>,
+    pub lat_i: usize,
+    pub tool_replies: Vec<ToolReply>,
+    pub exited: Vec<bool>,
+    /// Each rank's incarnation (its boot time), so a dead daemon's shells fall silent.
+    pub life: Vec<u64>,
+    pub tools: BTreeMap<LinkId, ToolView>,
+    /// (rank, incarnation, job): every launch, to catch a job started twice on one daemon.
+    pub launched: BTreeSet<(Rank, u64, JobId)>,
+    /// Job → its ranks, as the controller placed it.
+    pub placed: BTreeMap<JobId, BTreeSet<Rank>>,
+    /// Shells running now: (rank, job) → the incarnation running it.
+    pub running: BTreeMap<(Rank, JobId), u64>,
+    /// The first invariant broken, with the time.
+    pub violation: Option<String>,
+    /// The largest frame any daemon sent, when measured (it costs an encoding per send).
+    pub largest_frame: Option<usize>,
+}
+
+impl Sim {
+    pub fn new(n: u32, radix: u32, heal: Option<u64>, latency: Vec<u64>) -> Sim {
+        let tree = RadixTree::new(radix, n);
+        let hosts: Vec<String> = (0..n).map(|r| format!("h{r}")).collect();
+        let cfg = (0..n)
+            .map(|r| NodeConfig {
+                identity: Identity {
+                    nspace: "sim-prte-dvm".into(),
+                    rank: r,
+                    role: if r == 0 {
+                        Role::Controller
+                    } else {
+                        Role::Daemon
+                    },
+                    host: hosts[r as usize].clone(),
+                },
+                roster: Roster::from_conf(&hosts, false, r),
+                tree,
+                policy: Policy {
+                    initial: Duration::from_millis(20),
+                    max: Duration::from_millis(2000),
+                    heal_after: heal.map(Duration::from_millis),
+                },
+                heartbeat: Duration::from_millis(1000),
+                incarnation: 0,
+                controller_uri: "sim".into(),
+            })
+            .collect();
+        Sim {
+            nodes: BTreeMap::new(),
+            alive: vec![false; n as usize],
+            cfg,
+            queue: BinaryHeap::new(),
+            events: Vec::new(),
+            seq: 0,
+            now: 0,
+            links: BTreeMap::new(),
+            next_link: 1,
+            last: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            latency: if latency.is_empty() { vec![1] } else { latency },
+            lat_i: 0,
+            tool_replies: Vec::new(),
+            exited: vec![false; n as usize],
+            life: vec![0; n as usize],
+            tools: BTreeMap::new(),
+            launched: BTreeSet::new(),
+            placed: BTreeMap::new(),
+            running: BTreeMap::new(),
+            violation: None,
+            largest_frame: None,
+        }
+    }
+
+    fn violated(&mut self, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some(format!("at {} ms: {what}", self.now));
+        }
+    }
+
+    /// What must hold after every step.
+    fn check(&mut self) {
+        let mut broken = Vec::new();
+        for (link, t) in &self.tools {
+            if t.ended > 1 {
+                broken.push(format!("tool {link}: its job ended {} times", t.ended));
+            }
+            if t.ended > 0 && t.id.is_none() {
+                broken.push(format!("tool {link}: a job ended that was never accepted"));
+            }
+        }
+        if let Some(c) = self.nodes.get(&0) {
+            let s = c.status();
+            let wired = s
+                .members
+                .iter()
+                .filter(|m| m.state == MemberState::Joined)
+                .count() as u32;
+            if s.joined != wired || s.formed != (wired == s.expected) {
+                broken.push(format!("controller's status disagrees with itself: {s:?}"));
+            }
+        }
+        for (r, c) in &self.nodes {
+            if c.node().roster().len() != self.cfg.len() as u32 {
+                broken.push(format!(
+                    "rank {r}'s roster has {} ranks",
+                    c.node().roster().len()
+                ));
+            }
+        }
+        for b in broken {
+            self.violated(b);
+        }
+    }
+
+    /// Schedules `ev` at time `t` (ms).
+    pub fn at(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(ev);
+        self.queue
+            .push(Reverse((t, self.seq, self.events.len() - 1)));
+    }
+
+    fn lat(&mut self) -> u64 {
+        self.lat_i += 1;
+        self.latency[self.lat_i % self.latency.len()]
+    }
+
+    /// Delivers `input` over `link` keeping the link FIFO.
+    fn deliver_on(&mut self, link: LinkId, to: Rank, input: Input) {
+        let t = (self.now + self.lat()).max(*self.last.get(&link).unwrap_or(&0));
+        self.last.insert(link, t);
+        self.at(t, Ev::Input(to, input));
+    }
+
+    /// Feeds an overlay input to rank `r`, if it runs.
+    pub fn feed(&mut self, r: Rank, input: Input) {
+        self.feed_core(r, CoreInput::Net(input));
+    }
+
+    fn feed_core(&mut self, r: Rank, input: CoreInput) {
+        if !self.alive[r as usize] {
+            return;
+        }
+        let Some(node) = self.nodes.get_mut(&r) else {
+            return;
+        };
+        let now = Now {
+            mono: Duration::from_millis(self.now),
+            unix_ms: self.now,
+        };
+        let outs = node.handle(now, input);
+        for o in outs {
+            self.apply(r, o);
+        }
+    }
+
+    /// A job reply to a submitting tool.
+    fn tool_reply(&mut self, link: LinkId, reply: ToolReply) {
+        let placed = match &reply {
+            ToolReply::Submitted { id, placement } => Some((*id, placement.ranks())),
+            _ => None,
+        };
+        let wired = self
+            .nodes
+            .get(&0)
+            .map(|c| c.node().roster().compute_ranks())
+            .unwrap_or_default();
+        let Some(t) = self.tools.get_mut(&link) else {
+            return;
+        };
+        match reply {
+            ToolReply::Submitted { id, .. } => t.id = Some(id),
+            ToolReply::Error { message } => t.refused = Some(message),
+            ToolReply::JobEnded { .. } => t.ended += 1,
+            _ => {}
+        }
+        if let Some((id, ranks)) = placed {
+            let ranks: BTreeSet<Rank> = ranks.iter().collect();
+            if let Some(r) = ranks.iter().find(|r| !wired.contains(r)) {
+                self.violated(format!(
+                    "job {id} placed on rank {r}, which is not wired in"
+                ));
+            }
+            self.placed.insert(id, ranks);
+        }
+    }
+
+    /// A simulated job shell: it starts, runs, exits (early and killed on a signal), and
+    /// its epilog finishes; each step an input from that daemon's incarnation.
+    fn shell_at(&mut self, t: u64, rank: Rank, input: ShellInput) {
+        let life = self.life[rank as usize];
+        self.at(t, Ev::Shell { rank, life, input });
+    }
+
+    fn apply(&mut self, r: Rank, o: Output) {
+        match o {
+            Output::Net(Io::Connect { rank, delay }) => {
+                let t = self.now + delay.as_millis() as u64;
+                self.at(t, Ev::Dial { from: r, to: rank });
+            }
+            Output::Net(Io::Send { link, frame }) if link == TOOL => {
+                if let Frame::ToolReply(rep) = frame {
+                    self.tool_replies.push(rep);
+                }
+            }
+            Output::Net(Io::Send { link, frame }) if link >= JOB_TOOLS => {
+                if let Frame::ToolReply(rep) = frame {
+                    self.tool_reply(link, rep);
+                }
+            }
+            Output::Net(Io::Send { link, frame }) => {
+                if let Some(largest) = self.largest_frame.as_mut() {
+                    let len =
+                        dvmlab_proto::wire::encode_frame(&frame).map_or(usize::MAX, |b| b.len());
+                    *largest = (*largest).max(len);
+                }
+                let Some(&(_, peer, peer_link)) = self.links.get(&link) else {
+                    if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
+                        eprintln!(
+                            "{:>6} ms r{r}: send on closed link {link}: {frame:?}",
+                            self.now
+                        );
+                    }
+                    return;
+                };
+                if let Ok(t) = std::env::var("DVMLAB_SIM_TRACE") {
+                    match &frame {
+                        Frame::Daemon(m @ DaemonMsg::Routed { .. }) => {
+                            eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
+                        }
+                        Frame::Daemon(
+                            m @ (DaemonMsg::ExecUp { .. } | DaemonMsg::ExecDown { .. }),
+                        ) if t == "exec" => {
+                            eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
+                        }
+                        _ => {}
+                    }
+                }
+                match frame {
+                    Frame::Daemon(msg) => self.deliver_on(
+                        peer_link,
+                        peer,
+                        Input::Frame {
+                            link: peer_link,
+                            msg,
+                        },
+                    ),
+                    Frame::Welcome { .. } => {
+                        self.pending.remove(&peer_link);
+                        let up = Input::UplinkUp {
+                            link: peer_link,
+                            rank: r,
+                        };
+                        self.deliver_on(peer_link, peer, up)
+                    }
+                    Frame::Refuse { reason } => {
+                        self.pending.remove(&peer_link);
+                        self.deliver_on(peer_link, peer, Input::UplinkFailed { rank: r, reason })
+                    }
+                    _ => {}
+                }
+            }
+            Output::Net(Io::Close { link }) => self.close(link),
+            Output::SetTimer {
+                timer: Timer::Net(timer),
+                delay,
+            } => {
+                let t = self.now + delay.as_millis() as u64;
+                self.at(t, Ev::Input(r, Input::Timer(timer)));
+            }
+            Output::SetTimer {
+                timer: Timer::JobLimit(_),
+                ..
+            } => {}
+            Output::Shell(ShellCommand::Launch { id, .. }) => {
+                let life = self.life[r as usize];
+                if !self.launched.insert((r, life, id)) {
+                    self.violated(format!("job {id} launched twice on rank {r} (life {life})"));
+                }
+                if self.placed.get(&id).is_some_and(|p| !p.contains(&r)) {
+                    self.violated(format!(
+                        "job {id} launched on rank {r}, outside its placement"
+                    ));
+                }
+                self.running.insert((r, id), life);
+                let run_ms = self
+                    .tools
+                    .values()
+                    .find(|t| t.id == Some(id))
+                    .map_or(50, |t| t.run_ms);
+                let t = self.now + 1 + self.lat();
+                self.shell_at(t, r, ShellInput::ShellStarted { id });
+                self.shell_at(t + run_ms, r, ShellInput::ShellExited { id, status: 0 });
+            }
+            Output::Shell(ShellCommand::Kill { id, signal }) => {
+                if self.running.contains_key(&(r, id)) {
+                    let t = self.now + 1;
+                    self.shell_at(t, r, ShellInput::ShellExited { id, status: signal });
+                }
+            }
+            Output::Shell(ShellCommand::Epilog { id }) => {
+                self.running.remove(&(r, id));
+                let t = self.now + 1 + self.lat();
+                self.shell_at(t, r, ShellInput::EpilogDone { id });
+            }
+            Output::Shell(ShellCommand::BarrierDone { .. }) | Output::Persist(_) => {}
+            Output::Log(l) => {
+                if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
+                    eprintln!("{:>6} ms r{r}: {l}", self.now);
+                }
+            }
+            Output::Net(Io::Note(note)) => {
+                if std::env::var("DVMLAB_SIM_TRACE").is_ok_and(|t| t == "all" || t == r.to_string())
+                {
+                    eprintln!("{:>6} ms r{r}: {note:?}", self.now);
+                }
+            }
+            Output::Net(Io::Exit) => {
+                self.alive[r as usize] = false;
+                self.exited[r as usize] = true;
+                let mine: Vec<LinkId> = self
+                    .links
+                    .iter()
+                    .filter(|(_, v)| v.0 == r)
+                    .map(|(k, _)| *k)
+                    .collect();
+                for l in mine {
+                    self.close(l);
+                }
+            }
+        }
+    }
+
+    fn close(&mut self, link: LinkId) {
+        if let Some((owner, peer, peer_link)) = self.links.remove(&link) {
+            self.links.remove(&peer_link);
+            for (side, at) in [(peer_link, peer), (link, owner)] {
+                // A dialer still waiting for its welcome sees a failed connect, as the real
+                // shell does when the connection ends during the hello.
+                let input = match self.pending.remove(&side) {
+                    Some(rank) => Input::UplinkFailed {
+                        rank,
+                        reason: "closed during hello".into(),
+                    },
+                    None => Input::Closed { link: side },
+                };
+                self.deliver_on(side, at, input);
+            }
+        }
+    }
+
+    /// Runs every event up to time `end` (ms), checking the invariants after each.
+    pub fn run_until(&mut self, end: u64) {
+        while let Some(Reverse((t, _, idx))) = self.queue.peek().copied() {
+            if t > end {
+                break;
+            }
+            self.queue.pop();
+            self.now = t;
+            match self.events[idx].clone() {
+                Ev::Boot(r) => {
+                    self.alive[r as usize] = true;
+                    self.life[r as usize] = self.now + 1;
+                    self.running.retain(|(rank, _), _| *rank != r);
+                    let mut cfg = self.cfg[r as usize].clone();
+                    cfg.incarnation = self.now * 1000;
+                    let recovered = (r == 0).then(Vec::new);
+                    self.nodes.insert(r, DaemonCore::new(cfg, recovered));
+                    self.feed(r, Input::Start);
+                }
+                Ev::Submit { nprocs, run_ms } => {
+                    let link = JOB_TOOLS + self.tools.len() as LinkId;
+                    // A tool cannot connect to a controller that is not running.
+                    let refused = (!self.alive[0]).then(|| "no controller".to_string());
+                    self.tools.insert(
+                        link,
+                        ToolView {
+                            run_ms,
+                            refused,
+                            ..ToolView::default()
+                        },
+                    );
+                    let hello = Input::Hello {
+                        link,
+                        peer: Peer::Tool,
+                        version: dvmlab_proto::wire::VERSION,
+                    };
+                    self.feed(0, hello);
+                    let job = Submit {
+                        argv: vec!["true".into()],
+                        env: vec![],
+                        cwd: None,
+                        nprocs,
+                        map_by: MapBy::Node,
+                        hosts: None,
+                        time_limit_ms: None,
+                        userid: 1000,
+                    };
+                    let req = ToolRequest::Submit { job };
+                    self.feed(0, Input::Tool { link, req });
+                }
+                Ev::Shell { rank, life, input } => {
+                    if self.alive[rank as usize] && self.life[rank as usize] == life {
+                        self.feed_core(rank, CoreInput::Shell(input));
+                    }
+                }
+                Ev::Input(r, input) => self.feed(r, input),
+                Ev::Crash { rank, fin } => {
+                    if !self.alive[rank as usize] {
+                        continue;
+                    }
+                    self.alive[rank as usize] = false;
+                    self.nodes.remove(&rank);
+                    if fin {
+                        let mine: Vec<LinkId> = self
+                            .links
+                            .iter()
+                            .filter(|(_, v)| v.0 == rank)
+                            .map(|(k, _)| *k)
+                            .collect();
+                        for l in mine {
+                            self.close(l);
+                        }
+                    }
+                }
+                Ev::HelloTimeout { link } => {
+                    if self.pending.contains_key(&link) {
+                        self.close(link);
+                    }
+                }
+                Ev::Cut { seed } => {
+                    let mut open: Vec<LinkId> = self.links.keys().copied().collect();
+                    open.sort_unstable();
+                    if !open.is_empty() {
+                        self.close(open[seed % open.len()]);
+                    }
+                }
+                Ev::Dial { from, to } => {
+                    if !self.alive[from as usize] {
+                        continue;
+                    }
+                    if self.alive[to as usize] {
+                        let (a, b) = (self.next_link, self.next_link + 1);
+                        self.next_link += 2;
+                        self.links.insert(a, (from, to, b));
+                        self.links.insert(b, (to, from, a));
+                        self.pending.insert(a, to);
+                        self.at(self.now + 5000, Ev::HelloTimeout { link: a });
+                        let host = format!("h{from}");
+                        self.deliver_on(
+                            b,
+                            to,
+                            Input::Hello {
+                                link: b,
+                                peer: Peer::Daemon { rank: from, host },
+                                version: dvmlab_proto::wire::VERSION,
+                            },
+                        );
+                    } else {
+                        let t = self.now + self.lat();
+                        self.at(
+                            t,
+                            Ev::Input(
+                                from,
+                                Input::UplinkFailed {
+                                    rank: to,
+                                    reason: "refused".into(),
+                                },
+                            ),
+                        );
+                    }
+                }
+            }
+            self.check();
+            if self.violation.is_some() {
+                return;
+            }
+        }
+        self.now = end;
+    }
+}
+
+/// One simulated run; see the property below.
+#[allow(clippy::too_many_arguments)]
+pub fn scenario(
+    n: u32,
+    radix: u32,
+    boots: Vec<u64>,
+    latency: Vec<u64>,
+    missing_seed: Option<u32>,
+    crashes: Vec<(u64, u32, bool, u64)>,
+    cuts: Vec<(u64, usize)>,
+    jobs: Vec<(u64, Option<u32>, u64)>,
+) -> Result<(), TestCaseError> {
+    let heal = Some(1000 * MS);
+    let mut sim = Sim::new(n, radix, heal, latency);
+    let tree = RadixTree::new(radix, n);
+    // An interior rank that boots only after the rest has settled.
+    let missing = missing_seed
+        .map(|s| 1 + s % (n - 1))
+        .filter(|&m| !tree.children(m).is_empty());
+    for r in 0..n {
+        if Some(r) != missing {
+            sim.at(boots[r as usize], Ev::Boot(r));
+        }
+    }
+    // Chaos during the first 25 s: crashes (each followed by a restart) and cut links.
+    for (t, seed, fin, down) in crashes {
+        let r = 1 + seed % (n - 1);
+        if Some(r) == missing {
+            continue;
+        }
+        let t = t.max(boots[r as usize] + 1);
+        sim.at(t, Ev::Crash { rank: r, fin });
+        sim.at(t + down, Ev::Boot(r));
+    }
+    for (t, seed) in cuts {
+        sim.at(t, Ev::Cut { seed });
+    }
+    // Jobs arrive throughout the chaos.
+    for (t, nprocs, run_ms) in jobs {
+        sim.at(t, Ev::Submit { nprocs, run_ms });
+    }
+    sim.run_until(60_000);
+    if let Some(v) = &sim.violation {
+        return Err(TestCaseError::fail(v.clone()));
+    }
+    // Every job accepted ended exactly once (killed by a node failure or not), and no
+    // daemon still holds a job.
+    for (link, t) in &sim.tools {
+        if t.id.is_some() {
+            prop_assert_eq!(t.ended, 1, "tool {}: {:?}", link, t);
+        } else {
+            prop_assert!(t.refused.is_some(), "tool {}: no answer: {:?}", link, t);
+        }
+    }
+    for (r, c) in &sim.nodes {
+        let left: Vec<JobId> = c.jobs().map(|(id, _)| id).collect();
+        prop_assert!(left.is_empty(), "rank {} still holds jobs {:?}", r, left);
+    }
+    // The chaos is over: the network calms down (no more spikes) while the DVM settles.
+    for l in &mut sim.latency {
+        *l = (*l).min(8);
+    }
+    let status = sim.nodes[&0].status();
+    let joined: BTreeMap<Rank, MemberState> =
+        status.members.iter().map(|m| (m.rank, m.state)).collect();
+    for r in 0..n {
+        let want = if Some(r) == missing {
+            MemberState::Waiting
+        } else {
+            MemberState::Joined
+        };
+        prop_assert_eq!(joined[&r], want, "rank {} after 60 s: {:?}", r, status);
+    }
+    prop_assert_eq!(status.formed, missing.is_none());
+    for m in &status.members {
+        if let Some(p) = m.parent {
+            prop_assert!(
+                tree.ancestors(m.rank).contains(&p),
+                "{:?} joined a non-ancestor",
+                m
+            );
+        }
+    }
+    if let Some(m) = missing {
+        sim.at(sim.now, Ev::Boot(m));
+        sim.run_until(sim.now + 30_000);
+        prop_assert!(
+            sim.nodes[&0].node().formed(),
+            "formed once the late rank boots: {:?}",
+            sim.nodes[&0].status()
+        );
+    }
+    // Every rank answers a ping routed through the tree: no route went stale.
+    sim.feed(
+        0,
+        Input::Hello {
+            link: TOOL,
+            peer: Peer::Tool,
+            version: dvmlab_proto::wire::VERSION,
+        },
+    );
+    for r in 0..n {
+        sim.feed(
+            0,
+            Input::Tool {
+                link: TOOL,
+                req: ToolRequest::Ping { rank: r },
+            },
+        );
+    }
+    sim.run_until(sim.now + 10_000);
+    let pongs: Vec<&ToolReply> = sim.tool_replies.iter().collect();
+    prop_assert_eq!(pongs.len(), n as usize);
+    for p in pongs {
+        prop_assert!(matches!(p, ToolReply::Ping(r) if r.ok), "{:?}", p);
+    }
+    sim.tool_replies.clear();
+    // A tool stops the DVM: every daemon exits and the tool hears it.
+    sim.feed(
+        0,
+        Input::Tool {
+            link: TOOL,
+            req: ToolRequest::Stop,
+        },
+    );
+    sim.run_until(sim.now + 20_000);
+    prop_assert!(
+        sim.exited.iter().all(|&e| e),
+        "all exited: {:?}",
+        sim.exited
+    );
+    prop_assert!(
+        matches!(sim.tool_replies.last(), Some(ToolReply::Stopped { unconfirmed }) if unconfirmed.is_empty()),
+        "{:?}",
+        sim.tool_replies
+    );
+    Ok(())
+}

@@ -1,0 +1,398 @@
+//! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
+//! jobs, and every minimal failing case it found, kept as a named test.
+
+use dvmlab_sim::{scenario, Ev, Sim};
+use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+/// The runs are seeded: CI replays the same 48 every time (`DVMLAB_SIM_SEED` picks other
+/// ones, `DVMLAB_SIM_SEED=random` new ones each run; `PROPTEST_CASES` sets how many).
+fn sim_config() -> ProptestConfig {
+    let rng_seed = match std::env::var("DVMLAB_SIM_SEED").as_deref() {
+        Ok("random") => RngSeed::Random,
+        Ok(s) => RngSeed::Fixed(
+            s.parse()
+                .unwrap_or_else(|_| panic!("DVMLAB_SIM_SEED={s}: a number, or random")),
+        ),
+        Err(_) => RngSeed::Fixed(0x5eed_d1ab),
+    };
+    ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(48),
+        rng_seed,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(sim_config())]
+    #[test]
+    fn any_boot_order_and_interleaving_forms_the_dvm_and_stops_cleanly(
+        n in 2u32..60,
+        radix in 2u32..5,
+        boots in proptest::collection::vec(0u64..3000, 60),
+        // Mostly LAN-fast, with up to two spikes in every 16 messages that let messages on an
+        // old path arrive after the new path's. Spikes stay below the 3 s liveness window (a
+        // failure detector flaps when latency exceeds its timeout, by design).
+        base_latency in proptest::collection::vec(0u64..8, 16),
+        spikes in proptest::collection::vec((0usize..16, 100u64..1000), 0..3),
+        missing_seed in proptest::option::of(1u32..60),
+        crashes in proptest::collection::vec((0u64..20_000, 1u32..60, any::<bool>(), 0u64..5000), 0..4),
+        cuts in proptest::collection::vec((0u64..20_000, any::<usize>()), 0..4),
+        jobs in proptest::collection::vec(
+            (0u64..25_000, proptest::option::of(1u32..130), 0u64..3000),
+            0..12,
+        ),
+    ) {
+        let mut latency = base_latency;
+        for (at, ms) in spikes {
+            latency[at] = ms;
+        }
+        scenario(n, radix, boots, latency, missing_seed, crashes, cuts, jobs)?;
+    }
+}
+
+/// Two crashes and three cuts that catch daemons on healed links, shared by two cases.
+const HEALED_CRASHES: [(u64, u32, bool, u64); 2] =
+    [(9733, 36, true, 2892), (19012, 59, true, 2217)];
+const HEALED_CUTS: [(u64, usize); 3] = [
+    (11029, 13141958739819678014),
+    (13604, 15270424765997675796),
+    (9779, 2849009184813696863),
+];
+
+#[test]
+fn a_daemon_whose_parent_never_boots_rejoins_after_its_healed_link_is_cut() {
+    let mut boots = vec![0u64; 60];
+    boots[3] = 338;
+    scenario(
+        5,
+        2,
+        boots,
+        vec![4, 999, 1, 1, 2],
+        Some(44),
+        HEALED_CRASHES.to_vec(),
+        HEALED_CUTS.to_vec(),
+        vec![],
+    )
+    .unwrap();
+}
+
+#[test]
+fn routes_survive_a_crashed_interior_daemon_whose_old_reports_arrive_late() {
+    let boots = vec![
+        1886, 2200, 1617, 1581, 1641, 2396, 2976, 306, 2037, 324, 447, 2858, 1094, 1850, 2937, 697,
+        213, 2119, 1788, 2007, 835, 442, 1, 1793, 2821, 2919, 1192, 2566, 1233, 65, 1443, 518, 600,
+        2976, 604, 2542, 35, 550, 1786, 475, 2937, 206, 753, 2305, 2033, 1674, 1130, 2594, 174,
+        1272, 853, 1936, 986, 303, 139, 2613, 1181, 872, 2761, 257,
+    ];
+    scenario(
+        36,
+        2,
+        boots,
+        vec![4, 783, 1, 1, 2],
+        Some(44),
+        HEALED_CRASHES.to_vec(),
+        HEALED_CUTS.to_vec(),
+        vec![],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_daemon_that_died_silently_and_restarted_rejoins() {
+    let mut boots = vec![0u64; 60];
+    boots[..10].copy_from_slice(&[2223, 588, 950, 588, 2078, 105, 271, 145, 1659, 1659]);
+    let mut latency = vec![0u64; 16];
+    latency[9] = 375;
+    scenario(
+        10,
+        4,
+        boots,
+        latency,
+        None,
+        vec![
+            (9050, 40, false, 1248),
+            (4242, 27, true, 1722),
+            (572, 1, false, 0),
+        ],
+        vec![],
+        vec![],
+    )
+    .unwrap();
+}
+
+#[test]
+fn routes_stay_right_through_silent_crashes_and_cuts_during_formation() {
+    let mut boots = vec![0u64; 60];
+    boots[..50].copy_from_slice(&[
+        23, 1558, 1714, 346, 672, 1771, 1936, 925, 1431, 297, 0, 251, 256, 1146, 2210, 1906, 519,
+        705, 945, 1739, 888, 1456, 49, 1680, 377, 2328, 2076, 511, 1379, 1870, 2252, 2204, 1950,
+        460, 2804, 979, 1280, 183, 61, 771, 1670, 251, 716, 1125, 529, 1019, 646, 239, 1895, 339,
+    ]);
+    let mut latency = vec![7, 0, 1, 1, 3, 2, 1, 4, 2, 1, 0, 0, 0, 1, 0, 2];
+    latency[1] = 651;
+    latency[10] = 887;
+    scenario(
+        50,
+        2,
+        boots,
+        latency,
+        Some(26),
+        vec![
+            (12252, 46, false, 2059),
+            (1293, 15, false, 1687),
+            (16573, 31, false, 2400),
+        ],
+        vec![
+            (2812, 6818756974612832976),
+            (2692, 8594656611379197958),
+            (3279, 9105750351124898464),
+        ],
+        vec![],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_connect_to_a_parent_that_dies_before_welcoming_times_out_and_retries() {
+    let mut boots = vec![0u64; 60];
+    boots[..58].copy_from_slice(&[
+        125, 1125, 829, 1125, 1125, 458, 1125, 1125, 501, 396, 1125, 1125, 1125, 1125, 1125, 122,
+        1125, 1125, 458, 1125, 1125, 1125, 1125, 986, 1125, 1125, 1125, 579, 302, 1125, 209, 430,
+        1125, 818, 152, 818, 1125, 1125, 1125, 918, 153, 1125, 1125, 1125, 769, 984, 984, 984, 984,
+        984, 0, 984, 984, 304, 396, 42, 984, 67,
+    ]);
+    let mut latency = vec![4, 0, 4, 1, 1, 1, 7, 1, 1, 2, 7, 0, 1, 6, 3, 6];
+    latency[5] = 647;
+    scenario(
+        58,
+        3,
+        boots,
+        latency,
+        None,
+        vec![(985, 2, false, 6)],
+        vec![],
+        vec![],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_job_on_a_daemon_that_rejoins_mid_job_is_released_everywhere() {
+    let boots = vec![
+        243, 743, 2510, 356, 2182, 636, 1450, 1170, 232, 551, 1536, 1620, 910, 1546, 281, 39, 2794,
+        2636, 1199, 1770, 1591, 964, 92, 2243, 96, 1479, 1942, 1029, 834, 232, 924, 2616, 2100,
+        117, 202, 906, 613, 2146, 856, 1345, 888, 1028, 2615, 1257, 401, 693, 1981, 2230, 203, 945,
+        2028, 305, 1648, 1959, 2736, 496, 353, 1178, 2357, 1145,
+    ];
+    let mut latency = vec![7, 6, 3, 2, 4, 3, 4, 5, 5, 2, 6, 4, 1, 7, 4, 6];
+    latency[14] = 974;
+    scenario(
+        32,
+        2,
+        boots,
+        latency,
+        None,
+        vec![(2635, 6, true, 1446), (7130, 44, false, 128)],
+        vec![(12493, 7795190170821894763), (14822, 12196764214323569446)],
+        vec![
+            (20101, None, 1391),
+            (22081, None, 481),
+            (13789, None, 1322),
+            (10261, Some(36), 1922),
+            (8578, Some(15), 199),
+            (11368, None, 409),
+            (19383, Some(46), 2669),
+            (18655, Some(109), 2015),
+            (24991, None, 2013),
+            (21378, None, 2939),
+            (7132, Some(39), 1796),
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_job_placed_on_a_silently_dead_daemon_ends_once_its_loss_is_seen() {
+    let mut boots = vec![0u64; 60];
+    boots[3] = 2505;
+    scenario(
+        8,
+        2,
+        boots,
+        vec![5, 2, 1, 6, 3, 0, 6, 1, 3, 1, 7, 7, 3, 0, 4, 2],
+        None,
+        vec![(13028, 51, true, 2057), (14155, 48, false, 3728)],
+        vec![
+            (15713, 13720780217998725468),
+            (2592, 14175541926777715385),
+            (3457, 9582208276037329591),
+        ],
+        vec![
+            (24797, Some(15), 1181),
+            (18089, None, 2984),
+            (15201, Some(63), 1387),
+            (17803, None, 2211),
+            (11207, Some(32), 2445),
+            (16362, None, 19),
+            (15171, None, 478),
+            (14730, None, 532),
+            (12685, Some(54), 609),
+            (2645, Some(81), 1041),
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_job_is_never_started_twice_on_a_daemon_whose_link_was_cut() {
+    let mut boots = vec![0u64; 60];
+    boots[..35].copy_from_slice(&[
+        694, 2515, 2485, 1948, 482, 36, 2315, 1363, 1027, 1177, 529, 267, 2189, 655, 25, 1545, 511,
+        730, 1695, 479, 1520, 2189, 1775, 499, 1573, 2149, 190, 1421, 841, 2128, 1530, 648, 2741,
+        1293, 1635,
+    ]);
+    let mut latency = vec![0, 0, 0, 0, 4, 6, 4, 2, 1, 5, 4, 4, 3, 1, 4, 4];
+    latency[1] = 454;
+    latency[0] = 878;
+    scenario(
+        35,
+        2,
+        boots,
+        latency,
+        None,
+        vec![(1059, 56, false, 4170)],
+        vec![(16587, 8218364987443450558), (5230, 12953738735973004207)],
+        vec![
+            (4312, None, 1253),
+            (14277, None, 1036),
+            (16316, None, 88),
+            (5790, None, 571),
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_job_ends_when_a_link_is_cut_while_its_start_travels() {
+    let boots = vec![
+        694, 2515, 2485, 1965, 966, 32, 2318, 1365, 1055, 2464, 564, 274, 2496, 678, 21, 2028, 511,
+        745, 2286, 480, 1544, 2234, 2916, 510, 2148, 2178, 225, 1441, 904, 2897, 1547, 653, 2749,
+        1293, 1647, 1568, 2393, 2378, 2813, 1828, 2460, 809, 677, 1282, 624, 1982, 792, 2288, 2747,
+        891, 2494, 2750, 690, 1096, 78, 2977, 1780, 2494, 1345, 2928,
+    ];
+    let mut latency = vec![2, 3, 0, 0, 4, 6, 4, 2, 1, 5, 4, 4, 3, 1, 4, 4];
+    latency[1] = 454;
+    latency[0] = 879;
+    scenario(
+        35,
+        2,
+        boots,
+        latency,
+        None,
+        vec![(1295, 56, false, 4170)],
+        vec![(16608, 16442625998044824910), (11531, 15944897248841350186)],
+        vec![
+            (21925, None, 740),
+            (11127, None, 774),
+            (11527, Some(24), 1663),
+            (13820, None, 1441),
+            (18224, None, 599),
+            (14418, Some(56), 1139),
+            (16584, None, 2506),
+            (7891, None, 2715),
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_job_ends_when_links_are_cut_under_it() {
+    let boots = vec![
+        1380, 2466, 2599, 493, 2280, 1335, 2668, 287, 894, 1434, 1032, 2267, 2711, 9, 174, 883,
+        1120, 1153, 2739, 14, 85, 43, 1886, 1058, 952, 2412, 2448, 2496, 314, 867, 532, 1015, 223,
+        301, 2147, 2001, 2682, 1912, 245, 207, 847, 1857, 1123, 2494, 422, 454, 1409, 1677, 1522,
+        2781, 2542, 2771, 2883, 2657, 2078, 1995, 816, 1531, 67, 2075,
+    ];
+    let mut latency = vec![4, 5, 2, 5, 6, 2, 4, 4, 5, 5, 0, 3, 2, 6, 0, 3];
+    latency[2] = 448;
+    latency[6] = 312;
+    scenario(
+        57,
+        2,
+        boots,
+        latency,
+        None,
+        vec![],
+        vec![
+            (11871, 8209040154531536708),
+            (18743, 1382576625823768025),
+            (10907, 3568967469928974407),
+        ],
+        vec![
+            (8079, None, 2237),
+            (24718, Some(58), 181),
+            (10009, None, 2593),
+            (13526, None, 779),
+            (8768, None, 554),
+            (12846, None, 2742),
+            (12206, None, 176),
+            (6547, None, 1715),
+            (1831, Some(76), 1861),
+            (9005, Some(115), 1218),
+            (18042, None, 1970),
+        ],
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_hundred_thousand_processes_on_128_nodes_travel_in_small_frames() {
+    let mut sim = Sim::new(129, 2, None, vec![1]);
+    sim.largest_frame = Some(0);
+    for r in 0..129 {
+        sim.at(0, Ev::Boot(r));
+    }
+    sim.at(
+        5_000,
+        Ev::Submit {
+            nprocs: Some(100_000),
+            run_ms: 100,
+        },
+    );
+    sim.run_until(20_000);
+    assert_eq!(sim.violation, None);
+    let tool = sim.tools.values().next().unwrap();
+    assert_eq!((tool.id, tool.ended), (Some(1), 1), "{tool:?}");
+    let largest = sim.largest_frame.unwrap();
+    assert!(
+        largest < 4096,
+        "the largest frame was {largest} bytes: a frame grew with the job"
+    );
+}
+
+#[test]
+fn a_job_ends_when_two_daemons_below_it_crash_and_return() {
+    let mut boots = vec![0u64; 60];
+    boots[..44].copy_from_slice(&[
+        448, 2233, 963, 625, 1378, 936, 2890, 2997, 1822, 1373, 11, 996, 2556, 199, 2897, 758,
+        1907, 1791, 1263, 2399, 893, 1459, 350, 1828, 1503, 2000, 829, 132, 1467, 2556, 1791, 392,
+        1296, 1305, 2123, 2307, 963, 1694, 2822, 734, 23, 952, 2504, 2171,
+    ]);
+    let mut latency = vec![7, 3, 6, 4, 0, 6, 7, 4, 2, 7, 0, 5, 1, 4, 3, 5];
+    latency[10] = 607;
+    scenario(
+        44,
+        4,
+        boots,
+        latency,
+        None,
+        vec![(9407, 32, false, 1568), (9380, 8, true, 1087)],
+        vec![],
+        vec![(8351, None, 1931), (7802, Some(27), 1704)],
+    )
+    .unwrap();
+}

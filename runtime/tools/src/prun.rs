@@ -1,0 +1,222 @@
+//! `prun`: run a job on the DVM and wait for it.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::client::Client;
+use clap::{Parser, ValueEnum};
+use dvmlab_host::bootstrap::controller_addr;
+use dvmlab_proto::placement::MapBy;
+use dvmlab_proto::wire::{Stream, Submit, ToolReply, ToolRequest};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Run a job on the DVM formed by `prted --bootstrap`: its processes start on the DVM's
+/// nodes, their output streams here, and prun exits with the job's status (the greatest of
+/// its processes': an exit code, or 128 + a signal number).
+///
+/// The controller is found the way the daemons find it: from prte.conf (/etc/prte.conf, or
+/// --conf, or the prte_bootstrap_conf parameter). SIGINT and SIGTERM are forwarded to the
+/// job; a second SIGINT kills it.
+///
+/// Exit status: the job's; 2 for a usage error; 3 when the controller cannot be reached or
+/// refuses the job.
+#[derive(Parser, Debug)]
+#[command(name = "prun", version, verbatim_doc_comment, trailing_var_arg = true)]
+struct Cli {
+    /// Number of processes (default: one per node).
+    #[arg(short = 'n', long = "np")]
+    np: Option<u32>,
+
+    /// Spread processes round robin over nodes, or fill each node in turn.
+    #[arg(long, value_enum, default_value_t = Mapping::Node)]
+    map_by: Mapping,
+
+    /// Only these hosts, comma separated, in this order.
+    #[arg(long, value_delimiter = ',')]
+    host: Option<Vec<String>>,
+
+    /// Prefix every output line with the process's index.
+    #[arg(long)]
+    tag_output: bool,
+
+    /// Kill the job after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    time_limit: Option<f64>,
+
+    /// Working directory of the processes (default: the daemons').
+    #[arg(long)]
+    wdir: Option<String>,
+
+    /// Set VAR=VALUE in the processes' environment; may be repeated.
+    #[arg(short = 'x', long = "env", value_name = "VAR=VALUE")]
+    env: Vec<String>,
+
+    /// The prte.conf to read.
+    #[arg(long, value_name = "PATH")]
+    conf: Option<String>,
+
+    /// Set an MCA-style parameter, as for prted; may be repeated.
+    #[arg(long, num_args = 2, value_names = ["NAME", "VALUE"], action = clap::ArgAction::Append)]
+    prtemca: Vec<String>,
+
+    /// Seconds to wait for the controller to answer.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+
+    /// The command and its arguments.
+    #[arg(required = true, num_args = 1..)]
+    command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mapping {
+    Node,
+    Slot,
+}
+
+/// `prun`'s command line, run by the `prun` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("prun: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err((code, msg)) => {
+            eprintln!("prun: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn write_all(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(bytes)?;
+    w.flush()
+}
+
+/// The exit code for a wait status: the exit code, or 128 + the signal.
+fn exit_code(status: i32) -> u8 {
+    let sig = status & 0x7f;
+    if sig == 0 {
+        ((status >> 8) & 0xff) as u8
+    } else {
+        (128 + sig).min(255) as u8
+    }
+}
+
+async fn run(cli: Cli) -> Result<u8, (u8, String)> {
+    if !(cli.timeout.is_finite() && cli.timeout > 0.0 && cli.timeout <= 1e6) {
+        return Err((2, "--timeout must be a number of seconds above 0".into()));
+    }
+    let time_limit_ms = match cli.time_limit {
+        Some(t) if t.is_finite() && t > 0.0 && t <= 1e9 => Some((t * 1000.0) as u64),
+        Some(_) => {
+            return Err((
+                2,
+                "--time-limit must be a positive number of seconds".into(),
+            ))
+        }
+        None => None,
+    };
+    let mut env = Vec::new();
+    for e in &cli.env {
+        match e.split_once('=') {
+            Some((k, v)) if !k.is_empty() => env.push((k.to_string(), v.to_string())),
+            _ => return Err((2, format!("-x {e}: expected VAR=VALUE"))),
+        }
+    }
+    let timeout = Duration::from_secs_f64(cli.timeout);
+    let params = dvmlab_host::conf_file::tool_params(&cli.prtemca, cli.conf.as_deref());
+    let (settings, addr) = controller_addr(&params).map_err(|d| (3, d.to_string()))?;
+    let mut c = Client::connect(addr, &settings.namespace(), timeout)
+        .await
+        .map_err(|e| (3, e))?;
+    let job = Submit {
+        argv: cli.command.clone(),
+        env,
+        cwd: cli.wdir.clone(),
+        // None: the controller runs one per node (joined compute node, or listed host).
+        nprocs: cli.np,
+        map_by: match cli.map_by {
+            Mapping::Node => MapBy::Node,
+            Mapping::Slot => MapBy::Slot,
+        },
+        hosts: cli.host.clone(),
+        time_limit_ms,
+        userid: nix::unistd::getuid().as_raw(),
+    };
+    c.send(ToolRequest::Submit { job })
+        .await
+        .map_err(|e| (3, e))?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(|e| (3, e.to_string()))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(|e| (3, e.to_string()))?;
+    let mut id = None;
+    let mut interrupts = 0;
+    let mut line_start: HashMap<(u32, Stream), bool> = HashMap::new();
+    loop {
+        let reply = tokio::select! {
+            r = c.recv() => r.map_err(|e| (3, e))?,
+            _ = sigint.recv() => {
+                interrupts += 1;
+                let sig = if interrupts > 1 { 9 } else { 2 };
+                if let Some(id) = id {
+                    c.send(ToolRequest::Kill { id, signal: sig }).await.map_err(|e| (3, e))?;
+                }
+                continue;
+            }
+            _ = sigterm.recv() => {
+                if let Some(id) = id {
+                    c.send(ToolRequest::Kill { id, signal: 15 }).await.map_err(|e| (3, e))?;
+                }
+                continue;
+            }
+        };
+        match reply {
+            ToolReply::Submitted { id: i, .. } => id = Some(i),
+            ToolReply::JobOutput {
+                proc, stream, data, ..
+            } => {
+                // A piece that ends a line ends it; the next piece of that stream starts one.
+                let fresh = line_start.entry((proc, stream)).or_insert(true);
+                let mut bytes = Vec::with_capacity(data.len() + 12);
+                if cli.tag_output && *fresh {
+                    bytes.extend_from_slice(format!("[{proc}] ").as_bytes());
+                }
+                *fresh = data.ends_with(b"\n");
+                bytes.extend_from_slice(&data);
+                let written = match stream {
+                    Stream::Stdout => write_all(&mut std::io::stdout(), &bytes),
+                    Stream::Stderr => write_all(&mut std::io::stderr(), &bytes),
+                };
+                if let Err(e) = written {
+                    // Whoever reads our output went away: the job goes on without it.
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        return Err((3, format!("cannot write the job's output: {e}")));
+                    }
+                }
+            }
+            ToolReply::JobEnded {
+                id,
+                status,
+                exception,
+            } => {
+                if let Some(e) = exception {
+                    eprintln!("prun: job {id}: exception {e}");
+                }
+                return Ok(exit_code(status));
+            }
+            ToolReply::Signalled { .. } => {}
+            ToolReply::Error { message } => return Err((3, message)),
+            other => return Err((3, format!("unexpected reply {other:?}"))),
+        }
+    }
+}
