@@ -229,8 +229,9 @@ pub struct Node {
     epoch: u64,
     children: BTreeMap<LinkId, Child>,
     tools: BTreeSet<LinkId>,
-    /// Rank → the child link it is reachable through, and the epoch that route is from.
-    routes: HashMap<Rank, (LinkId, u64)>,
+    /// Rank → the child link it is reachable through, and how fresh that route is:
+    /// `(via, epoch)` of the report it came from (see `Member::via`).
+    routes: HashMap<Rank, (LinkId, (u64, u64))>,
     /// What each rank below reported about itself.
     below: HashMap<Rank, Member>,
     /// When each daemon link (up or down) last delivered anything.
@@ -391,6 +392,7 @@ impl Node {
             host: self.cfg.identity.host.clone(),
             parent,
             epoch: self.epoch,
+            via: self.epoch,
         }
     }
 
@@ -400,7 +402,10 @@ impl Node {
         };
         u.connected();
         self.up = Some((link, rank));
-        self.epoch += 1;
+        // The time of this connection (the incarnation is the start time, `now` the time since),
+        // so epochs of different daemons compare as the times they (re)connected.
+        let at = self.cfg.incarnation.saturating_add(now.as_micros() as u64);
+        self.epoch = (self.epoch + 1).max(at);
         self.last_heard.insert(link, now);
         let tree_parent = self.cfg.tree.parent(self.me).unwrap_or(0);
         self.note(Note::Joined {
@@ -410,7 +415,11 @@ impl Node {
         let mut members = vec![self.self_member(rank)];
         let mut below: Vec<&Member> = self.below.values().collect();
         below.sort_by_key(|m| m.rank);
-        members.extend(below.into_iter().cloned());
+        let epoch = self.epoch;
+        members.extend(below.into_iter().cloned().map(|mut m| {
+            m.via = m.via.max(epoch);
+            m
+        }));
         self.send(link, DaemonMsg::Report { members });
     }
 
@@ -616,9 +625,10 @@ impl Node {
                 foreign.push(m.rank);
                 continue;
             }
+            let fresh = (m.via, m.epoch);
             match self.routes.get(&m.rank) {
                 // Travelled an older path than the route we have: stale.
-                Some(&(_, e)) if m.epoch < e => continue,
+                Some(&(_, f)) if fresh < f => continue,
                 Some(&(old, _)) if old != link => {
                     if let Some(c) = self.children.get_mut(&old) {
                         c.members.remove(&m.rank);
@@ -626,7 +636,7 @@ impl Node {
                 }
                 _ => {}
             }
-            self.routes.insert(m.rank, (link, m.epoch));
+            self.routes.insert(m.rank, (link, fresh));
             if let Some(c) = self.children.get_mut(&link) {
                 c.members.insert(m.rank);
             }
@@ -656,6 +666,10 @@ impl Node {
             }
             self.check_formed();
         } else if let Some((up, _)) = self.up {
+            let epoch = self.epoch;
+            for m in &mut accepted {
+                m.via = m.via.max(epoch);
+            }
             self.send(up, DaemonMsg::Report { members: accepted });
         }
     }
@@ -663,7 +677,7 @@ impl Node {
     fn on_lost(&mut self, link: LinkId, ranks: Vec<RankEpoch>) {
         let gone: Vec<Rank> = ranks
             .into_iter()
-            .filter(|re| self.routes.get(&re.rank) == Some(&(link, re.epoch)))
+            .filter(|re| self.routes.get(&re.rank) == Some(&(link, (re.via, re.epoch))))
             .map(|re| re.rank)
             .collect();
         self.forget(link, gone);
@@ -676,8 +690,14 @@ impl Node {
         }
         let mut lost = Vec::with_capacity(gone.len());
         for r in gone {
-            if let Some((_, epoch)) = self.routes.remove(&r) {
-                lost.push(RankEpoch { rank: r, epoch });
+            if let Some((_, (via, epoch))) = self.routes.remove(&r) {
+                // As the parent recorded the route: through this daemon's connection.
+                let via = via.max(self.epoch);
+                lost.push(RankEpoch {
+                    rank: r,
+                    epoch,
+                    via,
+                });
             }
             self.below.remove(&r);
             if let Some(c) = self.children.get_mut(&link) {
@@ -1150,6 +1170,7 @@ mod tests {
             host: format!("h{rank}"),
             parent,
             epoch,
+            via: 0,
         }
     }
 
@@ -1194,7 +1215,11 @@ mod tests {
         assert_eq!(parent_of(&c, 3), Some(0));
         // and the old path's loss of rank 3 withdraws nothing
         let lost = DaemonMsg::Lost {
-            ranks: vec![RankEpoch { rank: 3, epoch: 7 }],
+            ranks: vec![RankEpoch {
+                rank: 3,
+                epoch: 7,
+                via: 0,
+            }],
         };
         c.handle(
             T,
@@ -1204,6 +1229,31 @@ mod tests {
             },
         );
         assert!(c.formed(), "{:?}", c.status());
+    }
+
+    #[test]
+    fn a_message_of_a_kind_it_does_not_know_is_answered_and_the_link_stays() {
+        let mut c = controller(2);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        let out = c.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: DaemonMsg::Unknown,
+            },
+        );
+        assert!(
+            matches!(
+                &out[..],
+                [Output::Io(Io::Send {
+                    link: 10,
+                    frame: Frame::Daemon(DaemonMsg::Unsupported { .. })
+                })]
+            ),
+            "{out:?}"
+        );
+        assert!(c.formed(), "the link stays");
     }
 
     #[test]

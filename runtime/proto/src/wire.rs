@@ -99,9 +99,15 @@ pub struct Member {
     pub host: String,
     /// The rank it is connected to.
     pub parent: Rank,
-    /// How many times this daemon has connected upward. A report with a lower epoch than one
-    /// already seen is stale (it travelled an old path) and is ignored.
+    /// When this daemon last connected upward (microseconds since the Unix epoch, or one
+    /// more than the last, whichever is later).
     pub epoch: u64,
+    /// The latest such connection anywhere on the path the report came up by: each daemon
+    /// that forwards it raises it to its own epoch. A report whose `(via, epoch)` is below the
+    /// route's travelled an older path (a daemon above the member re-homed since) and is
+    /// ignored.
+    #[serde(default)]
+    pub via: u64,
 }
 
 /// A rank as of one of its connections, for withdrawing exactly that connection's route.
@@ -109,6 +115,8 @@ pub struct Member {
 pub struct RankEpoch {
     pub rank: Rank,
     pub epoch: u64,
+    #[serde(default)]
+    pub via: u64,
 }
 
 /// Traffic between daemons.

@@ -51,6 +51,10 @@ pub use shell::BarrierSlot;
 /// frozen daemon's kernel still completes the TCP handshake) is as good as dead.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A write that makes no progress for this long means a peer that does not read (or is
+/// gone without a word): the link is dropped, and its queue with it.
+const WRITE_STALL: Duration = Duration::from_secs(10);
+
 /// The log file this daemon writes besides stderr, if `prte.conf` names one.
 pub fn log_path(p: &Prepared) -> Option<PathBuf> {
     let s = &p.settings;
@@ -95,6 +99,8 @@ struct LinkHandle {
     /// Bytes queued and not yet written; the writer takes off what it wrote.
     queued: Arc<AtomicUsize>,
     reading: CancellationToken,
+    /// Ends the writer at once, discarding what is queued (a peer that does not read).
+    writer: tokio::task::AbortHandle,
 }
 
 impl LinkHandle {
@@ -346,6 +352,7 @@ fn send_on(
         warn!("link {link}: cannot send: {why}; dropping the link");
         if let Some(h) = links.remove(&link) {
             h.reading.cancel();
+            h.writer.abort();
         }
         inbox.push_back(Input::Net(overlay::Input::Closed { link }));
     }
@@ -492,8 +499,13 @@ async fn register(
                     Err(_) => break,
                 }
             }
-            if let Err(e) = write.write_all(&batch).await {
-                warn!("{peer}: write failed: {e}; dropping the link");
+            let failed = match tokio::time::timeout(WRITE_STALL, write.write_all(&batch)).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("write failed: {e}")),
+                Err(_) => Some(format!("no write went through for {WRITE_STALL:?}")),
+            };
+            if let Some(why) = failed {
+                warn!("{peer}: {why}; dropping the link");
                 let _ = events.send(net(overlay::Input::Closed { link })).await;
                 return;
             }
@@ -511,6 +523,7 @@ async fn register(
         tx,
         queued,
         reading: reading.clone(),
+        writer: writer.abort_handle(),
     };
     let _ = ctx
         .events

@@ -323,6 +323,11 @@ impl Sim {
                         Frame::Daemon(m @ DaemonMsg::Routed { .. }) => {
                             eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
                         }
+                        Frame::Daemon(m @ (DaemonMsg::Report { .. } | DaemonMsg::Lost { .. }))
+                            if t == "overlay" =>
+                        {
+                            eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
+                        }
                         Frame::Daemon(
                             m @ (DaemonMsg::ExecUp { .. } | DaemonMsg::ExecDown { .. }),
                         ) if t == "exec" => {
@@ -457,8 +462,10 @@ impl Sim {
                     self.alive[r as usize] = true;
                     self.life[r as usize] = self.now + 1;
                     self.running.retain(|(rank, _), _| *rank != r);
-                    let mut cfg = self.cfg[r as usize].clone();
-                    cfg.incarnation = self.now * 1000;
+                    // The simulator's clock is the same for every daemon (`mono` is the
+                    // time since the run started), so start times are all zero: a daemon's
+                    // epoch is then the time of its connection, as in the real shell.
+                    let cfg = self.cfg[r as usize].clone();
                     let recovered = (r == 0).then(Vec::new);
                     self.nodes.insert(r, DaemonCore::new(cfg, recovered));
                     self.feed(r, Input::Start);

@@ -396,3 +396,27 @@ fn a_job_ends_when_two_daemons_below_it_crash_and_return() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_daemon_whose_link_is_cut_during_formation_rejoins() {
+    let mut boots = vec![0u64; 60];
+    boots[..42].copy_from_slice(&[
+        990, 531, 2859, 2739, 2452, 1740, 1137, 1134, 33, 2863, 2033, 617, 792, 2079, 789, 123,
+        160, 825, 1961, 1312, 730, 2542, 218, 2929, 1050, 594, 1283, 168, 2525, 1579, 2465, 207,
+        168, 1131, 2110, 2450, 1470, 1280, 679, 1575, 2609, 2698,
+    ]);
+    let mut latency = vec![0, 1, 3, 7, 5, 0, 6, 4, 0, 3, 0, 4, 6, 7, 7, 1];
+    latency[5] = 430;
+    latency[0] = 931;
+    scenario(
+        42,
+        4,
+        boots,
+        latency,
+        None,
+        vec![],
+        vec![(3713, 3575270011151622418), (331, 55164870317952764)],
+        vec![],
+    )
+    .unwrap();
+}

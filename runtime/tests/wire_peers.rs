@@ -1,0 +1,137 @@
+//! End to end, on netns hosts: peers that speak another protocol version, and a peer that
+//! never reads, against a real controller. The peers are small Python clients run inside a
+//! host's namespace, written from the wire format in `runtime/README.md`, not from our code.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use dvmlab_harness::wait_until;
+
+/// Frames and a connection to the controller, for the scripts below.
+const CLIENT: &str = r#"
+import json, socket, struct, sys
+HOST, PORT, NSPACE = sys.argv[1], 7817, sys.argv[2]
+def connect():
+    s = socket.create_connection((HOST, PORT), timeout=10)
+    return s
+def send(s, obj):
+    b = json.dumps(obj).encode()
+    s.sendall(struct.pack(">I", len(b)) + b)
+def recv(s):
+    head = b""
+    while len(head) < 4:
+        chunk = s.recv(4 - len(head))
+        if not chunk:
+            raise EOFError("closed")
+        head += chunk
+    n = struct.unpack(">I", head)[0]
+    body = b""
+    while len(body) < n:
+        chunk = s.recv(n - len(body))
+        if not chunk:
+            raise EOFError("closed")
+        body += chunk
+    return json.loads(body)
+def hello(s, version, min_version=None):
+    h = {"t": "hello", "magic": "dvmlab", "version": version, "nspace": NSPACE,
+         "peer": {"kind": "tool"}}
+    if min_version is not None:
+        h["min_version"] = min_version
+    send(s, h)
+    return recv(s)
+"#;
+
+fn run_client(dvm: &Dvm, host: &str, script: &str) -> (bool, String, String) {
+    let ctl = dvm.cluster.host(&dvm.ctl).unwrap().v4.unwrap().to_string();
+    let nspace = dvm.status().unwrap().namespace;
+    let code = format!("{CLIENT}\n{script}");
+    let argv = ["python3", "-c", &code, &ctl, &nspace].map(String::from);
+    let (st, out, err) = dvm
+        .cluster
+        .exec_within(host, &argv, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("python3: {e}"));
+    (st.is_some_and(|s| s.success()), out, err)
+}
+
+#[test]
+fn peers_of_an_older_or_newer_protocol_version_are_answered_in_the_newest_both_speak() {
+    let Some((mut dvm, hosts)) = Dvm::formed("wire-versions", Needs::Netns, 3, 2) else {
+        return;
+    };
+    let script = r#"
+s = connect()
+w = hello(s, 1)
+assert w["t"] == "welcome" and w["version"] == 1, w
+send(s, {"t": "tool", "req": "status"})
+r = recv(s)
+assert r["reply"] == "status" and r["formed"], r
+print("v1 ok")
+s = connect()
+w = hello(s, 9, 2)
+assert w["t"] == "welcome" and w["version"] == 2, w
+send(s, {"t": "tool", "req": "grow", "hosts": ["x"]})
+r = recv(s)
+assert r["reply"] == "error" and "does not know that request" in r["message"], r
+send(s, {"t": "tool", "req": "status"})
+r = recv(s)
+assert r["reply"] == "status", r
+print("v9 ok")
+s = connect()
+w = hello(s, 9, 5)
+assert w["t"] == "refuse" and "not supported" in w["reason"], w
+print("v5-9 refused")
+"#;
+    let (ok, out, err) = run_client(&dvm, "n01", script);
+    assert!(ok, "{out}\n{err}\n{}", dvm.cluster.logs_tail(20));
+    assert_eq!(out, "v1 ok\nv9 ok\nv5-9 refused\n");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_tool_that_never_reads_its_replies_is_dropped_and_the_dvm_serves_others_meanwhile() {
+    let Some((mut dvm, hosts)) = Dvm::formed("wire-noread", Needs::Netns, 3, 2) else {
+        return;
+    };
+    // Asks for the status over and over and never reads an answer: its replies pile up in
+    // the controller until the link's queue limit, and then it is dropped.
+    let script = r#"
+s = connect()
+hello(s, 2, 1)
+req = json.dumps({"t": "tool", "req": "status"}).encode()
+frame = struct.pack(">I", len(req)) + req
+sent = 0
+try:
+    for _ in range(2000000):
+        s.sendall(frame * 64)
+        sent += 64
+except OSError as e:
+    print("dropped after", sent, "requests:", type(e).__name__)
+    sys.exit(0)
+print("never dropped after", sent)
+sys.exit(1)
+"#;
+    let (ok, out, err) = run_client(&dvm, "n01", script);
+    assert!(ok, "{out}\n{err}\n{}", dvm.cluster.logs_tail(20));
+    let log = dvm.cluster.log("ctl");
+    assert!(
+        log.contains("cannot send: the peer leaves") && log.contains("dropping the link"),
+        "{log}"
+    );
+    // The DVM stayed formed and answers the next tool.
+    wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        dvm.status().and_then(|s| {
+            if s.formed {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        })
+    })
+    .unwrap();
+    let (code, out, err) = prun(&dvm, &["hostname"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    dvm.stop_cleanly(&hosts);
+}
