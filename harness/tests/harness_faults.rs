@@ -90,8 +90,10 @@ fn an_impaired_link_delays_drops_and_duplicates_then_is_restored() {
     let (fwd, dropped, dup) = c.impairment_stats("a").unwrap();
     assert!(fwd > 0 && dropped > 0 && dup > 0, "{fwd} {dropped} {dup}");
     c.unimpair("a").unwrap();
+    // Restored: the emulator is gone from the path (no counters), and packets still flow. How
+    // fast they flow is the benchmarks' business, not a test's.
     assert!(c.impairment_stats("a").is_none());
-    assert!(rtt(&c) < Duration::from_millis(300));
+    assert!(answered(&c, "a", "b", false));
 }
 
 #[test]

@@ -127,36 +127,6 @@ fn freeze_thaw_and_kill_take_effect() {
     assert!(c.is_running("h0"));
 }
 
-/// Run as a child process by the test below: builds a cluster, starts it, prints its run
-/// name, and waits to be killed.
-#[test]
-fn helper_owner_that_gets_killed() {
-    let Ok(backend) = std::env::var("DVMLAB_GC_CHILD") else {
-        return;
-    };
-    let backend = if backend == "netns" {
-        BackendKind::Netns
-    } else {
-        BackendKind::Process
-    };
-    let mut c = Cluster::new(sleeper("crashed", backend, 3)).unwrap();
-    c.start_all().unwrap();
-    let pids: Vec<String> = ["h0", "h1", "h2"]
-        .iter()
-        .filter_map(|h| c.pid(h))
-        .map(|p| p.to_string())
-        .collect();
-    println!(
-        "RUN {} {} {}",
-        c.run_name(),
-        c.run_dir().display(),
-        pids.join(",")
-    );
-    loop {
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
 #[test]
 fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
     let backend = BackendKind::from_env().unwrap();
@@ -165,14 +135,8 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
     } else {
         "process"
     };
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "helper_owner_that_gets_killed",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("DVMLAB_GC_CHILD", name)
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dvmlab-harness-owner"))
+        .arg(name)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -184,8 +148,7 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
             out.read_line(&mut line).unwrap() > 0,
             "helper ended without a run"
         );
-        // libtest prints "test NAME ... " before the helper's own output on the same line
-        if let Some(rest) = line.trim().split("RUN ").nth(1) {
+        if let Some(rest) = line.trim().strip_prefix("RUN ") {
             let parts: Vec<&str> = rest.split(' ').collect();
             let pids: Vec<u32> = parts[2].split(',').map(|p| p.parse().unwrap()).collect();
             break (
