@@ -32,10 +32,10 @@ pub(crate) const PROBE_PORT: u16 = 9;
 
 /// Where a cluster's switch rules live: one nftables table of the bridge family, inside the
 /// switch namespace (netns clusters) or in this machine's own namespace, where Docker's
-/// bridges are (docker clusters; the table is then the cluster's alone, named after its
-/// run, and matches only its own addresses).
+/// bridges are (docker clusters, and the lab; the table is then theirs alone and matches
+/// only their own addresses).
 #[derive(Debug, Clone)]
-pub(crate) struct Switch {
+pub struct Switch {
     /// The network namespace `nft` runs in; `None`: this process's.
     pub ns: Option<String>,
     /// The table's name (in family `bridge`).
@@ -121,12 +121,12 @@ impl Switch {
     }
 
     /// Packets counted so far by the probe rule for `src` → `dst` in `chain`.
-    pub fn probe_count(&self, chain: &str, src: IpAddr, dst: IpAddr) -> Result<u64, String> {
+    pub(crate) fn probe_count(&self, chain: &str, src: IpAddr, dst: IpAddr) -> Result<u64, String> {
         self.tagged_count(chain, &probe_tag(src, dst))
     }
 
     /// Packets counted so far by the rule tagged `tag` in `chain`.
-    pub fn tagged_count(&self, chain: &str, tag: &str) -> Result<u64, String> {
+    pub(crate) fn tagged_count(&self, chain: &str, tag: &str) -> Result<u64, String> {
         let v = self.list_chain(chain)?;
         let rules = v["nftables"].as_array().cloned().unwrap_or_default();
         for r in rules {

@@ -4,34 +4,20 @@
 //! lab's own addresses are matched, and the whole table is the lab's, so `heal` (and `down`)
 //! remove it without touching anything else.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use dvmlab_harness::partition::Switch;
 
-use crate::plan::{Host, PREFIX};
+use crate::plan::Host;
 
-const TABLE: &str = "bridge dvmlab_lab";
+/// The lab's table, in this machine's namespace where Docker's bridge is.
+fn switch() -> Switch {
+    Switch {
+        ns: None,
+        name: "dvmlab_lab".into(),
+    }
+}
 
 fn nft(script: &str) -> Result<String, String> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("running nft: {e} (install nftables; partitions need root)"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(|e| format!("nft: {e}"))?;
-    }
-    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "nft refused the {PREFIX} rules: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    switch().nft(script)
 }
 
 fn set(hosts: &[Host], v6: bool) -> String {
@@ -53,23 +39,26 @@ pub fn partition(a: &[Host], b: &[Host]) -> Result<(), String> {
     let mut rules = String::new();
     for (x, y) in [(a, b), (b, a)] {
         rules.push_str(&format!(
-            "add rule {TABLE} cut ip saddr {} ip daddr {} drop\n",
+            "add rule {t} cut ip saddr {} ip daddr {} drop\n",
             set(x, false),
-            set(y, false)
+            set(y, false),
+            t = switch().table()
         ));
         rules.push_str(&format!(
-            "add rule {TABLE} cut ip6 saddr {} ip6 daddr {} drop\n",
+            "add rule {t} cut ip6 saddr {} ip6 daddr {} drop\n",
             set(x, true),
-            set(y, true)
+            set(y, true),
+            t = switch().table()
         ));
     }
     nft(&format!(
-        "add table {TABLE}\n\
-         add chain {TABLE} cut {{ type filter hook forward priority 0; policy accept; }}\n\
-         {rules}"
+        "add table {t}\n\
+         add chain {t} cut {{ type filter hook forward priority 0; policy accept; }}\n\
+         {rules}",
+        t = switch().table()
     ))?;
     // In effect only once the kernel lists them.
-    let listed = nft(&format!("list chain {TABLE} cut\n"))?;
+    let listed = nft(&format!("list chain {} cut\n", switch().table()))?;
     let first = a.first().map(|h| h.v4.to_string()).ok_or("an empty side")?;
     if !listed.contains(&first) {
         return Err(format!("the partition rules are not listed:\n{listed}"));
@@ -79,10 +68,14 @@ pub fn partition(a: &[Host], b: &[Host]) -> Result<(), String> {
 
 /// Removes every partition of the lab; true if there was one.
 pub fn heal() -> Result<bool, String> {
+    let sw = switch();
     let tables = nft("list tables\n")?;
-    if !tables.lines().any(|l| l.trim() == format!("table {TABLE}")) {
+    if !tables
+        .lines()
+        .any(|l| l.trim() == format!("table {}", sw.table()))
+    {
         return Ok(false);
     }
-    nft(&format!("delete table {TABLE}\n"))?;
+    sw.delete_table()?;
     Ok(true)
 }
