@@ -135,3 +135,48 @@ sys.exit(1)
     assert_eq!(out.lines().count(), 3, "{out}");
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn connections_past_the_limit_are_closed_at_once_and_the_dvm_works_once_they_go() {
+    let Some((mut dvm, hosts)) = Dvm::formed("wire-flood", Needs::Netns, 2, 2) else {
+        return;
+    };
+    // 4200 tools that say hello and then sit idle: the controller holds 4096 connections at
+    // most (its two daemon children among them), and closes the others at once.
+    let script = r#"
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (16384, 16384))
+held, closed = [], 0
+for i in range(4200):
+    s = connect()
+    try:
+        w = hello(s, 2, 1)
+        held.append(s)
+    except (EOFError, OSError):
+        closed += 1
+        s.close()
+print(len(held), closed)
+"#;
+    let (ok, out, err) = run_client(&dvm, "n01", script);
+    assert!(ok, "{out}\n{err}\n{}", dvm.cluster.logs_tail(20));
+    let counts: Vec<usize> = out.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    assert_eq!(counts.len(), 2, "{out}");
+    assert_eq!(
+        counts[0] + 2,
+        4096,
+        "held {} beside the two daemon links",
+        counts[0]
+    );
+    assert_eq!(counts[1], 4200 - counts[0], "{out}");
+    let log = dvm.cluster.log("ctl");
+    assert!(
+        log.contains("4096 connections already open; closed"),
+        "{log}"
+    );
+    // The flood's connections ended with its process; the DVM is formed and runs jobs.
+    let (code, out, err) = prun(&dvm, &["hostname"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(dvm.status().unwrap().formed);
+    dvm.stop_cleanly(&hosts);
+}

@@ -42,6 +42,19 @@ struct Cli {
     prtemca: Vec<String>,
 }
 
+/// Raises the soft limit on open descriptors so that the connection limit, not the process's
+/// descriptor limit, is what a flood of connections meets (job processes get the raised
+/// limit too, as they would from a login shell with a raised limit).
+fn enough_descriptors() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let want = (dvmlab_proto::limits::MAX_CONNECTIONS as u64) * 2 + 256;
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < want {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, want.min(hard), hard);
+        }
+    }
+}
+
 /// `prted`'s command line, run by the `prted` binary.
 pub fn main() -> ExitCode {
     // Before anything opens a file: the job processes' barrier descriptor.
@@ -53,6 +66,7 @@ pub fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse();
+    enough_descriptors();
     if !cli.bootstrap {
         eprintln!("prted: only the bootstrap method is supported; run `prted --bootstrap`");
         return ExitCode::from(2);
