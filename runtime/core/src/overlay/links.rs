@@ -1,0 +1,205 @@
+//! Links: the upward connection (connect, heal, reconnect) and the daemons that join below
+//! (hello, replacing a half-open link, refusing a stranger, dropping a link).
+
+use super::*;
+
+impl Node {
+    pub(super) fn self_member(&self, parent: Rank) -> Member {
+        Member {
+            rank: self.me,
+            host: self.cfg.identity.host.clone(),
+            parent,
+            epoch: self.epoch,
+            via: self.epoch,
+        }
+    }
+
+    pub(super) fn on_uplink_up(&mut self, now: Duration, link: LinkId, rank: Rank) {
+        let Some(u) = self.uplink.as_mut() else {
+            return;
+        };
+        u.connected();
+        self.up = Some((link, rank));
+        // The time of this connection (the incarnation is the start time, `now` the time since),
+        // so epochs of different daemons compare as the times they (re)connected.
+        let at = self.cfg.incarnation.saturating_add(now.as_micros() as u64);
+        self.epoch = (self.epoch + 1).max(at);
+        self.last_heard.insert(link, now);
+        let tree_parent = self.cfg.tree.parent(self.me).unwrap_or(0);
+        self.note(Note::Joined {
+            parent: rank,
+            tree_parent,
+        });
+        let mut members = vec![self.self_member(rank)];
+        let mut below: Vec<&Member> = self.below.values().collect();
+        below.sort_by_key(|m| m.rank);
+        let epoch = self.epoch;
+        members.extend(below.into_iter().cloned().map(|mut m| {
+            m.via = m.via.max(epoch);
+            m
+        }));
+        self.send(link, DaemonMsg::Report { members });
+    }
+
+    pub(super) fn on_uplink_failed(&mut self, now: Duration, rank: Rank, reason: String) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let Some(u) = self.uplink.as_mut() else {
+            return;
+        };
+        if u.target() != rank {
+            return;
+        }
+        let a = u.failed(now);
+        if let Some(from) = a.healed_from {
+            self.note(Note::Healing { from, to: a.rank });
+        } else {
+            self.note(Note::ConnectFailed {
+                rank,
+                reason,
+                retry_in: a.delay,
+            });
+        }
+        self.io(Io::Connect {
+            rank: a.rank,
+            delay: a.delay,
+        });
+    }
+
+    pub(super) fn refuse(&mut self, link: LinkId, reason: String) {
+        self.note(Note::Refused {
+            link,
+            reason: reason.clone(),
+        });
+        self.io(Io::Send {
+            link,
+            frame: Frame::Refuse { reason },
+        });
+        self.io(Io::Close { link });
+    }
+
+    pub(super) fn on_hello(&mut self, now: Duration, link: LinkId, peer: Peer, version: u32) {
+        let welcome = Frame::Welcome {
+            nspace: self.cfg.identity.nspace.clone(),
+            rank: self.me,
+            version,
+            caps: dvmlab_proto::wire::CAPS,
+        };
+        match peer {
+            Peer::Tool if self.is_controller() => {
+                self.tools.insert(link);
+                self.io(Io::Send {
+                    link,
+                    frame: welcome,
+                });
+            }
+            Peer::Tool => self.refuse(
+                link,
+                format!(
+                    "rank {} is not the controller; tools talk to rank 0 on {}",
+                    self.me,
+                    self.roster.host(0)
+                ),
+            ),
+            Peer::Daemon { rank, host } => {
+                let size = self.roster.len();
+                if rank == 0 || !self.roster.contains(rank) || rank == self.me {
+                    return self.refuse(
+                        link,
+                        format!("rank {rank} ({host}) is not a daemon rank of this DVM (1..{size}) or is this daemon's own"),
+                    );
+                }
+                if !self.cfg.tree.is_ancestor_or_self(self.me, rank) {
+                    return self.refuse(
+                        link,
+                        format!("rank {} is not an ancestor of rank {rank}", self.me),
+                    );
+                }
+                // A child that reconnects while its old link still looks open (it died
+                // without a FIN, or the network dropped it): the new link wins.
+                let stale: Vec<LinkId> = self
+                    .children
+                    .iter()
+                    .filter(|(_, c)| c.rank == rank)
+                    .map(|(l, _)| *l)
+                    .collect();
+                for old in stale {
+                    self.note(Note::Replaced { rank });
+                    self.io(Io::Close { link: old });
+                    self.drop_child(old);
+                }
+                self.children.insert(
+                    link,
+                    Child {
+                        rank,
+                        members: BTreeSet::new(),
+                    },
+                );
+                self.last_heard.insert(link, now);
+                self.io(Io::Send {
+                    link,
+                    frame: welcome,
+                });
+                // Version 1 had no wireup message; its daemons know the membership from the
+                // conf alone.
+                if version >= 2 {
+                    let wireup = self.roster.wireup();
+                    self.send(link, DaemonMsg::Wireup { wireup });
+                }
+                // Only a rank never heard from is joining; a lost one stays lost, and a wired one
+                // (re-homing while its old route stands) stays wired, until its report.
+                if self.is_controller() && self.roster.state(rank) == Some(State::Waiting) {
+                    self.roster.set(rank, State::Joining);
+                }
+                // A daemon that reaches us while we stop is told to stop too, and awaited.
+                if let Some(st) = self.stopping.as_mut() {
+                    st.pending.insert(rank);
+                    self.send(link, DaemonMsg::Shutdown);
+                }
+            }
+        }
+    }
+
+    /// Forgets child link `link` and the routes through it.
+    pub(super) fn drop_child(&mut self, link: LinkId) {
+        self.last_heard.remove(&link);
+        let Some(child) = self.children.remove(&link) else {
+            return;
+        };
+        if child.members.is_empty() && self.stopping.is_none() {
+            self.note(Note::ProcState {
+                rank: child.rank,
+                state: "LOST",
+            });
+        }
+        if self.is_controller() && self.roster.state(child.rank) == Some(State::Joining) {
+            self.roster.set(child.rank, State::Waiting);
+        }
+        let gone: Vec<Rank> = child
+            .members
+            .into_iter()
+            .filter(|r| self.routes.get(r).is_some_and(|(l, _)| *l == link))
+            .collect();
+        self.forget(link, gone);
+    }
+
+    /// Forgets the upward link and starts reconnecting (unless stopping).
+    pub(super) fn drop_uplink(&mut self, now: Duration) {
+        let Some((link, rank)) = self.up.take() else {
+            return;
+        };
+        self.last_heard.remove(&link);
+        if self.stopping.is_some() {
+            return;
+        }
+        self.note(Note::UplinkLost { rank });
+        if let Some(u) = self.uplink.as_mut() {
+            let a = u.lost(now);
+            self.io(Io::Connect {
+                rank: a.rank,
+                delay: a.delay,
+            });
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Routes: what each child reports reachable through it, withdrawals, formation on the
+//! controller, and messages routed hop by hop.
+
+use super::*;
+
+impl Node {
+    pub(super) fn on_report(&mut self, link: LinkId, members: Vec<Member>) {
+        let Some(child) = self.children.get(&link).map(|c| c.rank) else {
+            return;
+        };
+        let mut accepted = Vec::new();
+        let mut foreign = Vec::new();
+        for m in members {
+            if m.rank == 0 || !self.roster.contains(m.rank) || m.rank == self.me {
+                continue;
+            }
+            // A daemon speaks only for its own subtree: whoever it is connected to, the ranks
+            // below it are its descendants by the tree formula.
+            if !self.cfg.tree.is_ancestor_or_self(child, m.rank) {
+                foreign.push(m.rank);
+                continue;
+            }
+            let fresh = (m.via, m.epoch);
+            match self.routes.get(&m.rank) {
+                // Travelled an older path than the route we have: stale.
+                Some(&(_, f)) if fresh < f => continue,
+                Some(&(old, _)) if old != link => {
+                    if let Some(c) = self.children.get_mut(&old) {
+                        c.members.remove(&m.rank);
+                    }
+                }
+                _ => {}
+            }
+            self.routes.insert(m.rank, (link, fresh));
+            if let Some(c) = self.children.get_mut(&link) {
+                c.members.insert(m.rank);
+            }
+            self.below.insert(m.rank, m.clone());
+            if m.parent == self.me {
+                self.note(Note::ProcState {
+                    rank: m.rank,
+                    state: "JOINED",
+                });
+            }
+            accepted.push(m);
+        }
+        if !foreign.is_empty() {
+            self.note(Note::Refused {
+                link,
+                reason: format!(
+                    "rank {child} reported ranks {foreign:?} outside its subtree; ignored"
+                ),
+            });
+        }
+        if accepted.is_empty() {
+            return;
+        }
+        if self.is_controller() {
+            for m in &accepted {
+                self.roster.set(m.rank, State::Wired);
+            }
+            self.check_formed();
+        } else if let Some((up, _)) = self.up {
+            let epoch = self.epoch;
+            for m in &mut accepted {
+                m.via = m.via.max(epoch);
+            }
+            self.send(up, DaemonMsg::Report { members: accepted });
+        }
+    }
+
+    pub(super) fn on_lost(&mut self, link: LinkId, ranks: Vec<RankEpoch>) {
+        let gone: Vec<Rank> = ranks
+            .into_iter()
+            .filter(|re| self.routes.get(&re.rank) == Some(&(link, (re.via, re.epoch))))
+            .map(|re| re.rank)
+            .collect();
+        self.forget(link, gone);
+    }
+
+    /// Drops routes to `gone` (all reached through `link`) and tells whoever is above.
+    pub(super) fn forget(&mut self, link: LinkId, gone: Vec<Rank>) {
+        if gone.is_empty() {
+            return;
+        }
+        let mut lost = Vec::with_capacity(gone.len());
+        for r in gone {
+            if let Some((_, (via, epoch))) = self.routes.remove(&r) {
+                // As the parent recorded the route: through this daemon's connection.
+                let via = via.max(self.epoch);
+                lost.push(RankEpoch {
+                    rank: r,
+                    epoch,
+                    via,
+                });
+            }
+            self.below.remove(&r);
+            if let Some(c) = self.children.get_mut(&link) {
+                c.members.remove(&r);
+            }
+            if self.is_controller() {
+                self.roster.set(r, State::Lost);
+            }
+            self.note(Note::ProcState {
+                rank: r,
+                state: "LOST",
+            });
+        }
+        if self.is_controller() {
+            self.check_formed();
+            let ids: IdSet = lost.iter().map(|l| l.rank).collect();
+            if !ids.is_empty() {
+                self.emit(Output::Exec(crate::exec::Input::Lost(ids)));
+            }
+        } else if let Some((up, _)) = self.up {
+            self.send(up, DaemonMsg::Lost { ranks: lost });
+        }
+    }
+
+    pub(super) fn check_formed(&mut self) {
+        let expected = self.roster.expected();
+        let joined = self.roster.count(State::Wired);
+        let formed = self.roster.formed();
+        if formed && !self.formed {
+            self.note(Note::DvmReady {
+                nspace: self.cfg.identity.nspace.clone(),
+                daemons: expected,
+            });
+            self.note(Note::JobState { state: "VM READY" });
+        } else if !formed && self.formed && self.stopping.is_none() {
+            self.note(Note::DvmIncomplete { joined, expected });
+        }
+        self.formed = formed;
+    }
+
+    pub(super) fn route(&mut self, src: Rank, dst: Rank, ttl: u8, body: Body) {
+        let Some(ttl) = ttl.checked_sub(1) else {
+            return self.note(Note::Unroutable { dst });
+        };
+        let msg = DaemonMsg::Routed {
+            src,
+            dst,
+            ttl,
+            body,
+        };
+        if let Some(&(link, _)) = self.routes.get(&dst) {
+            self.send(link, msg);
+        } else if let (Some((up, _)), false) = (self.up, dst == self.me) {
+            self.send(up, msg);
+        } else {
+            self.note(Note::Unroutable { dst });
+        }
+    }
+
+    pub(super) fn on_routed(&mut self, now: Duration, src: Rank, dst: Rank, ttl: u8, body: Body) {
+        let body = match body {
+            Body::Ping { id, mut path } => {
+                path.push(self.me);
+                Body::Ping { id, path }
+            }
+            Body::Pong { id, mut path } => {
+                path.push(self.me);
+                Body::Pong { id, path }
+            }
+        };
+        if dst != self.me {
+            return self.route(src, dst, ttl, body);
+        }
+        match body {
+            Body::Ping { id, path } => self.route(self.me, src, ROUTE_TTL, Body::Pong { id, path }),
+            Body::Pong { id, path } => self.finish_ping(now, id, path),
+        }
+    }
+}
