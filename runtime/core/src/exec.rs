@@ -815,10 +815,14 @@ impl JobExec {
         }
     }
 
-    /// `ranks` restricted to the subtree of `child` by the tree formula (not to the ranks
-    /// reachable through it now: a rank that re-homed keeps its earlier reports valid); what
-    /// was outside is logged.
+    /// `ranks` restricted to the job's ranks and then to the subtree of `child` by the tree
+    /// formula (not to the ranks reachable through it now: a rank that re-homed keeps its
+    /// earlier reports valid); what was outside is logged. The job's ranks come first, so a
+    /// forged huge idset costs no more than the job's own.
     fn within(&mut self, child: Rank, id: JobId, ranks: IdSet) -> IdSet {
+        let Some(ranks) = self.jobs.get(&id).map(|j| ranks.intersection(&j.ranks)) else {
+            return IdSet::new();
+        };
         let (inside, outside): (Vec<Rank>, Vec<Rank>) = ranks
             .iter()
             .partition(|r| self.tree.is_ancestor_or_self(child, *r));
@@ -1468,9 +1472,21 @@ mod tests {
                 },
             },
         );
+        // And an idset of every possible rank costs no more than the job's own ranks.
+        s.push(
+            0,
+            Input::Up {
+                link: 1,
+                req: ExecUp::Finish {
+                    id: 8,
+                    ranks: IdSet::range(0, u32::MAX),
+                    status: 0,
+                },
+            },
+        );
         s.run();
         assert!(s.events.is_empty(), "nothing taken: {:?}", s.events);
-        assert_eq!(s.logs.len(), 2, "{:?}", s.logs);
+        assert_eq!(s.logs.len(), 3, "{:?}", s.logs);
         s.each(&"2,4,6".parse().unwrap(), |_| Input::ShellStarted { id: 8 });
         assert_eq!(
             s.events,

@@ -11,6 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::tree::Rank;
+use dvmlab_proto::limits::MAX_NODES;
 pub use dvmlab_proto::wire::Wireup;
 
 /// Where a member stands.
@@ -201,6 +202,11 @@ impl Roster {
                         m.host
                     ))
                 }
+                None if *r == self.len() && self.members.len() >= MAX_NODES => {
+                    return Err(format!(
+                        "wireup adds rank {r}, past the {MAX_NODES} daemons a DVM may have"
+                    ))
+                }
                 None if *r == self.len() => self.members.push(Member {
                     host: host.clone(),
                     state: State::Waiting,
@@ -228,7 +234,7 @@ impl Roster {
     fn check(&self) {
         debug_assert!(self.configured as usize <= self.members.len().max(1));
         debug_assert!(self.members.iter().all(|m| m.since <= self.generation));
-        debug_assert!(self.members.len() <= dvmlab_proto::limits::MAX_NODES);
+        debug_assert!(self.members.len() <= MAX_NODES);
     }
 }
 
@@ -297,5 +303,17 @@ mod tests {
             departed: IdSet::new(),
         };
         assert!(d.apply(&bad).unwrap_err().contains("adds rank 7"));
+    }
+
+    #[test]
+    fn a_wireup_cannot_grow_the_dvm_past_its_limit() {
+        let mut d = Roster::from_conf(&hosts(MAX_NODES), false, 1);
+        let w = Wireup {
+            epoch: 1,
+            added: vec![(MAX_NODES as Rank, "one-too-many".into())],
+            departed: IdSet::new(),
+        };
+        assert!(d.apply(&w).unwrap_err().contains("past the 65536"));
+        assert_eq!(d.len() as usize, MAX_NODES);
     }
 }

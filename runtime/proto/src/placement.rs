@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::limits::MAX_NODES;
+use crate::limits::{MAX_NODES, MAX_PROCS_PER_JOB};
 use crate::Rank;
 
 /// How a job's processes are spread over the nodes.
@@ -20,13 +20,45 @@ pub enum MapBy {
     Slot,
 }
 
-/// A job's placement: process `i` runs on [`Placement::rank_of`]`(i)`.
+/// A job's placement: process `i` runs on [`Placement::rank_of`]`(i)`. One that arrives from
+/// the network is checked as it decodes: processes need a node, and there are at most
+/// [`MAX_PROCS_PER_JOB`] of them, so nothing computed from it can divide by zero or run away.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Unchecked")]
 pub struct Placement {
     pub map_by: MapBy,
     pub nprocs: u32,
     /// The nodes in placement order (a rank may repeat when a tool named a host twice).
     pub nodes: RankList,
+}
+
+/// A placement as it is written, before [`Placement`]'s checks.
+#[derive(Deserialize)]
+struct Unchecked {
+    map_by: MapBy,
+    nprocs: u32,
+    nodes: RankList,
+}
+
+impl TryFrom<Unchecked> for Placement {
+    type Error = String;
+
+    fn try_from(u: Unchecked) -> Result<Placement, String> {
+        if u.nprocs > MAX_PROCS_PER_JOB {
+            return Err(format!(
+                "placement of {} processes: at most {MAX_PROCS_PER_JOB}",
+                u.nprocs
+            ));
+        }
+        if u.nodes.0.is_empty() {
+            return Err("placement with no node".into());
+        }
+        Ok(Placement {
+            map_by: u.map_by,
+            nprocs: u.nprocs,
+            nodes: u.nodes,
+        })
+    }
 }
 
 /// An ordered list of ranks, written as comma-separated ascending runs (`1-127`, `5,2,2,7`),
@@ -209,6 +241,19 @@ mod tests {
         assert!(json.len() < 64, "{json}");
         assert_eq!(p.procs_on(1).len(), 782);
         assert_eq!(p.counts().values().sum::<u32>(), 100_000);
+    }
+
+    #[test]
+    fn a_placement_that_would_divide_by_zero_or_run_away_does_not_decode() {
+        for bad in [
+            r#"{"map_by":"node","nprocs":3,"nodes":""}"#,
+            r#"{"map_by":"slot","nprocs":4294967295,"nodes":"1-3"}"#,
+        ] {
+            assert!(serde_json::from_str::<Placement>(bad).is_err(), "{bad}");
+        }
+        let ok: Placement =
+            serde_json::from_str(r#"{"map_by":"node","nprocs":3,"nodes":"1-2"}"#).unwrap();
+        assert_eq!(ok.rank_of(2), 1);
     }
 
     #[test]
