@@ -154,3 +154,39 @@ fn a_job_over_a_process_limit_is_refused_with_a_clear_error_and_the_dvm_stays_fo
     }
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn a_job_of_more_processes_than_the_machine_has_pids_runs_and_the_dvm_stays_formed() {
+    let Some((mut dvm, hosts)) = Dvm::formed("many-procs", Needs::Netns, 16, 4) else {
+        return;
+    };
+    // 40 000 short processes, 2500 per node: more than this machine's pid_max (32 768) at
+    // once, so each node must reap as it starts, and keep answering heartbeats meanwhile.
+    let argv = [PRUN, "-n", "40000", "true"].map(String::from);
+    let (st, _, err) = dvm
+        .cluster
+        .exec_within(&dvm.ctl, &argv, Duration::from_secs(200))
+        .unwrap();
+    assert_eq!(
+        st.and_then(|s| s.code()),
+        Some(0),
+        "{err}\n{}",
+        dvm.cluster.logs_tail(20)
+    );
+    let js = jobs(&dvm);
+    assert_eq!(
+        (js[0].nprocs, js[0].status),
+        (40_000, Some(0)),
+        "{:?}",
+        js[0].exception
+    );
+    let s = dvm.status().unwrap();
+    assert!(s.formed && s.joined == 17, "{s:?}");
+    for h in &hosts {
+        assert!(
+            !dvm.cluster.log(h).contains("silent for"),
+            "{h} lost a link"
+        );
+    }
+    dvm.stop_cleanly(&hosts);
+}

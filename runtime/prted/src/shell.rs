@@ -142,6 +142,10 @@ impl Runner {
                 b.entry(id).or_default().procs = procs.len();
             }
             for proc in procs {
+                // A node may start thousands of processes for one job: between two, the
+                // daemon's other work (heartbeats above all) gets its turn, or its links look
+                // dead to its parent and children while it spawns.
+                tokio::task::yield_now().await;
                 let spawned = match slot.lock() {
                     Ok(mut slot) => spawn(&spec, id, proc, &mut slot),
                     Err(_) => Err(std::io::Error::other("barrier slot poisoned")),
@@ -175,7 +179,18 @@ impl Runner {
                                 )));
                             }
                         }
-                        children.push(child);
+                        // Waited for at once, so a process that exits while its siblings are
+                        // still being started is reaped at once: a node starting thousands
+                        // for one job does not hold thousands of zombies (pids are finite).
+                        children.push(tokio::spawn(async move {
+                            match child.wait().await {
+                                Ok(st) => st.into_raw(),
+                                Err(e) => {
+                                    warn!("waiting for a process of job {id}: {e}");
+                                    1 << 8
+                                }
+                            }
+                        }));
                     }
                     Err(e) => {
                         send(Input::LocalFailure {
@@ -184,8 +199,8 @@ impl Runner {
                         })
                         .await;
                         kill_groups(&groups, id, Signal::SIGKILL);
-                        for mut c in children {
-                            let _ = c.wait().await;
+                        for c in children {
+                            let _ = c.await;
                         }
                         forget_groups(&groups, &reaper, id);
                         send(Input::ShellExited {
@@ -199,15 +214,9 @@ impl Runner {
             }
             send(Input::ShellStarted { id }).await;
             let mut status = 0;
-            for mut c in children {
-                let st = match c.wait().await {
-                    Ok(st) => st.into_raw(),
-                    Err(e) => {
-                        warn!("waiting for a process of job {id}: {e}");
-                        1 << 8
-                    }
-                };
-                status = status.max(st);
+            for c in children {
+                // A wait task that could not finish counts as a failed process.
+                status = status.max(c.await.unwrap_or(1 << 8));
             }
             // All output before the exit: the tool must have all of it when the job ends.
             // (A process that left a child holding its pipes gets a second, not forever.)
