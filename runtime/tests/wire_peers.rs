@@ -180,3 +180,57 @@ print(len(held), closed)
     assert!(dvm.status().unwrap().formed);
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn connections_that_never_say_hello_are_dropped_and_a_restarted_daemon_rejoins_meanwhile() {
+    let Some((mut dvm, hosts)) = Dvm::formed("wire-idle", Needs::Netns, 3, 2) else {
+        return;
+    };
+    // 150 connections that never say hello: at most 64 wait in their hello at once, each
+    // for the hello window; the rest wait in the kernel's backlog.
+    let script = r#"
+import time
+held = [connect() for _ in range(150)]
+print("opened", len(held))
+sys.stdout.flush()
+time.sleep(15)
+"#;
+    let ctl = dvm.cluster.host(&dvm.ctl).unwrap().v4.unwrap().to_string();
+    let nspace = dvm.status().unwrap().namespace;
+    let code = format!("{CLIENT}\n{script}");
+    let argv = ["python3", "-c", &code, &ctl, &nspace].map(String::from);
+    let mut idle = dvm
+        .cluster
+        .command("n01", &argv)
+        .unwrap()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(idle.stdout.take().unwrap()),
+        &mut first,
+    )
+    .unwrap();
+    assert_eq!(first.trim(), "opened 150");
+    // Meanwhile a daemon dies and comes back: it gets in once the idle ones are dropped.
+    dvm.cluster.kill("n03").unwrap();
+    dvm.cluster.start("n03").unwrap();
+    wait_until(Duration::from_secs(40), Duration::from_millis(100), || {
+        let log = dvm.cluster.log("ctl");
+        let dropped = log.matches("no hello within").count();
+        let s = dvm.status()?;
+        if dropped >= 150 && s.formed {
+            Ok(())
+        } else {
+            Err(format!(
+                "{dropped} idle connections dropped; formed {}",
+                s.formed
+            ))
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", dvm.cluster.logs_tail(20)));
+    let _ = idle.kill();
+    let _ = idle.wait();
+    dvm.stop_cleanly(&hosts);
+}
