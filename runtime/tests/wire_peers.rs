@@ -43,11 +43,18 @@ def hello(s, version, min_version=None):
     return recv(s)
 "#;
 
-fn run_client(dvm: &Dvm, host: &str, script: &str) -> (bool, String, String) {
+/// `python3` running `script` after [`CLIENT`], pointed at the controller.
+fn client_argv(dvm: &Dvm, script: &str) -> Vec<String> {
     let ctl = dvm.cluster.host(&dvm.ctl).unwrap().v4.unwrap().to_string();
     let nspace = dvm.status().unwrap().namespace;
     let code = format!("{CLIENT}\n{script}");
-    let argv = ["python3", "-c", &code, &ctl, &nspace].map(String::from);
+    ["python3", "-c", &code, &ctl, &nspace]
+        .map(String::from)
+        .to_vec()
+}
+
+fn run_client(dvm: &Dvm, host: &str, script: &str) -> (bool, String, String) {
+    let argv = client_argv(dvm, script);
     let (st, out, err) = dvm
         .cluster
         .exec_within(host, &argv, Duration::from_secs(60))
@@ -195,10 +202,7 @@ print("opened", len(held))
 sys.stdout.flush()
 time.sleep(15)
 "#;
-    let ctl = dvm.cluster.host(&dvm.ctl).unwrap().v4.unwrap().to_string();
-    let nspace = dvm.status().unwrap().namespace;
-    let code = format!("{CLIENT}\n{script}");
-    let argv = ["python3", "-c", &code, &ctl, &nspace].map(String::from);
+    let argv = client_argv(&dvm, script);
     let mut idle = dvm
         .cluster
         .command("n01", &argv)

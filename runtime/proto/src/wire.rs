@@ -7,7 +7,7 @@
 //! well-formed message of a kind this side does not know (a newer peer's) is answered with an
 //! error and the link stays. Nothing a peer sends can panic the receiver.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "codec")]
@@ -286,17 +286,17 @@ fn version_one() -> u32 {
 /// Encodes one frame into its bytes on the wire (length prefix included), refusing one
 /// over [`MAX_FRAME`] with an error that says how large it was.
 pub fn encode_frame(frame: &Frame) -> Result<Bytes, String> {
-    let body = serde_json::to_vec(frame).map_err(|e| format!("cannot encode frame: {e}"))?;
-    if body.len() > MAX_FRAME {
+    // The body is written after a placeholder for its length: one buffer, no copy.
+    let mut out = vec![0u8; 4];
+    serde_json::to_writer(&mut out, frame).map_err(|e| format!("cannot encode frame: {e}"))?;
+    let len = out.len() - 4;
+    if len > MAX_FRAME {
         return Err(format!(
-            "frame of {} bytes exceeds the {MAX_FRAME}-byte limit",
-            body.len()
+            "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
         ));
     }
-    let mut out = BytesMut::with_capacity(4 + body.len());
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-    Ok(out.freeze())
+    out[..4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(Bytes::from(out))
 }
 
 impl Hello {
@@ -342,6 +342,7 @@ impl Hello {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use proptest::prelude::*;
     use tokio_util::codec::{Decoder, Encoder};
 
