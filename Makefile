@@ -55,21 +55,23 @@ gc: build
 clean:
 	cargo clean
 
-## The lab: NODES nodes (default 32) in Docker containers, radix RADIX, IP version IP.
+## The lab: NODES nodes (default 32) in Docker containers (the harness's docker backend),
+## radix RADIX, IP version IP.
 NODES ?= 32
 RADIX ?= 64
 IP ?= 4
 STATIC := target/static/x86_64-unknown-linux-gnu/release
 LAB := ./target/release/lab
 
-lab: lab-image
-	$(LAB) up --nodes $(NODES) --radix $(RADIX) --ip $(IP)
+lab:
+	cargo build --release -q -p dvmlab-runtime -p dvmlab-lab --bins
+	$(LAB) up --backend docker --nodes $(NODES) --radix $(RADIX) --ip $(IP)
 
 ## The conformance suite with every host a Docker container (the harness's docker backend).
 lab-test:
 	DVMLAB_BACKEND=docker DVMLAB_RESULTS=$(CURDIR)/target/conformance-docker cargo test -p conformance --test conformance
 
-## Remove every container, network and image tag the lab made (and nothing else).
+## Remove every container, network and rule the lab made (and nothing else).
 lab-down:
 	cargo build --release -q -p dvmlab-lab
 	$(LAB) down
@@ -79,6 +81,7 @@ lab-bins:
 	RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" cargo build --release -q -p dvmlab-runtime \
 	  --bins --target x86_64-unknown-linux-gnu --target-dir target/static
 
+## The FROM-scratch image `lab export` runs (compose, Kubernetes).
 lab-image: lab-bins
 	cargo build --release -q -p dvmlab-lab
 	@test -x /bin/busybox || { echo "the lab image needs a static busybox: apt-get install busybox-static"; exit 1; }

@@ -89,11 +89,27 @@ impl Engine {
     pub fn available() -> bool {
         Engine::connect().is_ok()
     }
+
+    /// Builds image `tag` from a build context tar (a Dockerfile and what it copies); the
+    /// engine's own error when the build fails.
+    pub fn build_image(&self, tag: &str, context: Vec<u8>) -> Result<(), String> {
+        self.rt.block_on(build_image(&self.docker, tag, context))
+    }
+
+    /// Removes image `tag`; false if there was none.
+    pub fn remove_image(&self, tag: &str) -> Result<bool, String> {
+        if self.rt.block_on(self.docker.inspect_image(tag)).is_err() {
+            return Ok(false);
+        }
+        let opts = RemoveImageOptionsBuilder::default().force(true).build();
+        self.rt
+            .block_on(self.docker.remove_image(tag, Some(opts), None))
+            .map_err(err(format!("removing image {tag}")))?;
+        Ok(true)
+    }
 }
 
-/// Builds image `tag` from a build context tar (a Dockerfile and what it copies); the
-/// engine's own error when the build fails.
-pub async fn build_image(docker: &Docker, tag: &str, context: Vec<u8>) -> Result<(), String> {
+async fn build_image(docker: &Docker, tag: &str, context: Vec<u8>) -> Result<(), String> {
     let opts = BuildImageOptionsBuilder::default()
         .t(tag)
         .rm(true)

@@ -1,17 +1,17 @@
-//! What a lab is, before any container exists: host names, addresses, the one `prte.conf`
-//! every daemon reads, and the hosts table that makes the names resolve without DNS. Docker,
-//! the Kubernetes and compose exports and the netns fallback all derive from this one plan.
+//! What a lab is, before any host exists: host names, the one `prte.conf` every daemon
+//! reads, and, for the exports (whose orchestrators take fixed addresses), the addresses and
+//! the hosts table that makes the names resolve without DNS. The lab that `up` starts and the
+//! Kubernetes and compose exports all derive from this one plan.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The controller's host name.
 pub const CONTROLLER: &str = "ctl";
-/// Prefix of everything the lab creates in Docker (containers, network, image), so `down`
-/// removes exactly what `up` made.
+/// Names the lab's keeper directory, the exports' network and image.
 pub const PREFIX: &str = "dvmlab-lab";
-/// The lab's IPv4 subnet: dedicated, far from Docker's defaults and the netns tests' 10.200/16.
+/// The exports' IPv4 subnet: dedicated, far from Docker's defaults and the harness's blocks.
 pub const SUBNET_V4: &str = "10.210.0.0/16";
-/// The lab's IPv6 subnet (unique local).
+/// The exports' IPv6 subnet (unique local).
 pub const SUBNET_V6: &str = "fd00:210::/64";
 /// The port daemons listen on (the runtime's default DVMPort).
 pub const DVM_PORT: u16 = 7817;
@@ -110,7 +110,7 @@ impl Plan {
             })
     }
 
-    /// The one `prte.conf`, mounted read-only into every container.
+    /// The exports' one `prte.conf`, mounted read-only into every container.
     pub fn prte_conf(&self) -> String {
         let subnet = match self.ip {
             IpVersion::V4 => SUBNET_V4,

@@ -68,3 +68,115 @@ fn the_k8s_export_writes_one_manifest_file() {
     assert_eq!(text.matches("kind: StatefulSet").count(), 2, "{text}");
     assert!(text.contains("dvm.lab.svc.cluster.local"), "{text}");
 }
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    cmd.output().unwrap()
+}
+
+/// Removes the compose project and the image however the test ends.
+struct ComposeDown(std::path::PathBuf, String);
+
+impl Drop for ComposeDown {
+    fn drop(&mut self) {
+        let f = self.0.join("compose.yaml");
+        if std::thread::panicking() {
+            let o = run(Command::new("docker-compose").arg("-f").arg(&f).args([
+                "-p",
+                &self.1,
+                "logs",
+                "--no-color",
+            ]));
+            eprintln!(
+                "---- compose logs ----\n{}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+        let _ = run(Command::new("docker-compose")
+            .arg("-f")
+            .arg(&f)
+            .args(["-p", &self.1, "down", "-v", "-t", "2"]));
+        let _ = run(Command::new(LAB).args(["image", "--remove"]));
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn the_compose_export_runs_a_dvm_of_the_from_scratch_image_and_jobs_on_it() {
+    let engine = dvmlab_harness::docker::Engine::available();
+    let compose = Command::new("docker-compose")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !engine || !compose {
+        return skip(
+            "exports",
+            "running the compose export needs a Docker engine and docker-compose",
+        );
+    }
+    if !std::path::Path::new("/bin/busybox").exists() {
+        return skip(
+            "exports",
+            "the image needs /bin/busybox (apt-get install busybox-static)",
+        );
+    }
+    let ws = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let make = run(Command::new("make")
+        .args(["-s", "lab-bins"])
+        .current_dir(&ws));
+    assert!(
+        make.status.success(),
+        "make lab-bins: {}",
+        String::from_utf8_lossy(&make.stderr)
+    );
+    let dir = std::env::temp_dir().join(format!("dvmlab-compose-{}", std::process::id()));
+    let project = format!("dvmlab-export-{}", std::process::id());
+    let _down = ComposeDown(dir.clone(), project.clone());
+    let image = run(Command::new(LAB)
+        .args([
+            "image",
+            "--bin-dir",
+            "target/static/x86_64-unknown-linux-gnu/release",
+        ])
+        .current_dir(&ws));
+    assert!(
+        image.status.success(),
+        "lab image: {}",
+        String::from_utf8_lossy(&image.stderr)
+    );
+    export(&["--compose", "--nodes", "4", "--radix", "2"], &dir);
+    let f = dir.join("compose.yaml");
+    let compose = |args: &[&str]| {
+        run(Command::new("docker-compose")
+            .arg("-f")
+            .arg(&f)
+            .args(["-p", &project])
+            .args(args))
+    };
+    let up = compose(&["up", "-d"]);
+    assert!(
+        up.status.success(),
+        "compose up: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    dvmlab_harness::wait_until(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::from_millis(200),
+        || {
+            let o = compose(&["exec", "-T", "ctl", "pctl", "status", "--json"]);
+            let s: serde_json::Value = serde_json::from_slice(&o.stdout)
+                .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&o.stderr)))?;
+            (s["formed"] == true)
+                .then_some(())
+                .ok_or(format!("not formed: {s}"))
+        },
+    )
+    .unwrap();
+    let job = compose(&["exec", "-T", "ctl", "prun", "--", "hostname"]);
+    let out = String::from_utf8_lossy(&job.stdout);
+    let mut names: Vec<&str> = out.lines().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["node01", "node02", "node03", "node04"], "{out}");
+}

@@ -1,7 +1,11 @@
-//! What the lab's end-to-end tests share: running `lab` from the workspace.
+//! What the lab's end-to-end tests share: running `lab` from the workspace, with a lab
+//! directory of the test's own, and the one scenario every backend must pass.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+use dvmlab_harness::wait_until;
 
 pub const LAB: &str = env!("CARGO_BIN_EXE_lab");
 
@@ -12,18 +16,20 @@ pub fn workspace() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// `lab ARGS`, run in the workspace.
-pub fn lab(args: &[&str]) -> Output {
+/// `lab ARGS` with the lab kept in `dir` (`DVMLAB_LAB_DIR`), so that labs of tests running
+/// side by side do not meet.
+pub fn lab_in(dir: &Path, args: &[&str]) -> Output {
     Command::new(LAB)
         .args(args)
+        .env("DVMLAB_LAB_DIR", dir)
         .current_dir(workspace())
         .output()
         .unwrap()
 }
 
-/// `lab ARGS`, which must succeed; its stdout.
-pub fn ok(args: &[&str]) -> String {
-    let o = lab(args);
+/// `lab ARGS` with the lab kept in `dir`, which must succeed; its stdout.
+pub fn ok_in(dir: &Path, args: &[&str]) -> String {
+    let o = lab_in(dir, args);
     assert!(
         o.status.success(),
         "lab {args:?}: {}\n{}",
@@ -33,14 +39,15 @@ pub fn ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// Takes the lab down however the test ends, printing these hosts' logs on failure.
-pub struct Down(pub &'static [&'static str]);
+/// Takes the lab kept in its directory down however the test ends, printing these hosts'
+/// logs on failure.
+pub struct Down(pub PathBuf, pub &'static [&'static str]);
 
 impl Drop for Down {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for host in self.0 {
-                let o = lab(&["logs", host]);
+            for host in self.1 {
+                let o = lab_in(&self.0, &["logs", host]);
                 eprintln!(
                     "---- {host} ----\n{}{}",
                     String::from_utf8_lossy(&o.stdout),
@@ -48,6 +55,123 @@ impl Drop for Down {
                 );
             }
         }
-        let _ = lab(&["down"]);
+        let _ = lab_in(&self.0, &["down"]);
     }
+}
+
+/// Builds the runtime's binaries beside `lab`, where the keeper runs them from.
+pub fn build_runtime() -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "-q", "-p", "dvmlab-runtime", "--bins"])
+        .current_dir(workspace())
+        .status()
+        .unwrap();
+    assert!(built.success(), "building the runtime");
+    Path::new(LAB).parent().unwrap().display().to_string()
+}
+
+/// The state of `host` in `lab status --json`.
+fn member_state(dir: &Path, host: &str) -> Result<String, String> {
+    let o = lab_in(dir, &["status", "--json"]);
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .map_err(|e| format!("status --json: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
+    s["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["host"] == host)
+        .and_then(|m| m["state"].as_str().map(str::to_string))
+        .ok_or_else(|| format!("{host} not in {s}"))
+}
+
+fn wait_state(dir: &Path, host: &str, want: &str) {
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let s = member_state(dir, host)?;
+        (s == want)
+            .then_some(())
+            .ok_or(format!("{host} is {s}, not yet {want}"))
+    })
+    .unwrap();
+}
+
+/// Every lab command on `backend`: up with a node held back, late boot, jobs (output and
+/// exit status), freeze and thaw, a partition shown in effect and healed, kill and restart,
+/// logs, and `down`. Returns the run name `up` printed, for the caller's leftover check.
+pub fn every_command_works(dir: &Path, backend: &str) -> String {
+    let bin_dir = build_runtime();
+    let up = ok_in(
+        dir,
+        &[
+            "up",
+            "--backend",
+            backend,
+            "--nodes",
+            "4",
+            "--radix",
+            "2",
+            "--hold",
+            "node04",
+            "--bin-dir",
+            &bin_dir,
+        ],
+    );
+    assert!(
+        up.contains(&format!("lab up on {backend} (run ")) && up.contains("4 of 5 daemons joined"),
+        "{up}"
+    );
+    let run = up
+        .split("(run ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_default()
+        .to_string();
+    let again = lab_in(dir, &["up", "--backend", backend]);
+    assert_eq!(again.status.code(), Some(1), "a second up is refused");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
+
+    ok_in(dir, &["late-boot", "node04"]);
+    wait_state(dir, "node04", "joined");
+
+    let names = ok_in(dir, &["run", "--", "hostname"]);
+    let mut names: Vec<&str> = names.lines().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["node01", "node02", "node03", "node04"]);
+    assert_eq!(
+        lab_in(dir, &["run", "-n", "2", "--", "sh", "-c", "exit 3"])
+            .status
+            .code(),
+        Some(3),
+        "lab run exits with the job's status"
+    );
+
+    ok_in(dir, &["freeze", "node02"]);
+    assert!(ok_in(dir, &["status"]).contains("node02 (frozen)"));
+    ok_in(dir, &["thaw", "node02"]);
+
+    // node01 is node03's tree parent at radix 2: cut them apart and node03 is lost to the
+    // controller; heal, restart it, and it joins again.
+    ok_in(dir, &["partition", "node01", "node03"]);
+    wait_state(dir, "node03", "lost");
+    ok_in(dir, &["heal"]);
+    ok_in(dir, &["restart", "node03"]);
+    wait_state(dir, "node03", "joined");
+
+    ok_in(dir, &["kill", "node03"]);
+    wait_state(dir, "node03", "lost");
+    assert!(ok_in(dir, &["status"]).contains("node03 (exited)"));
+    ok_in(dir, &["restart", "node03"]);
+    wait_state(dir, "node03", "joined");
+    assert!(ok_in(dir, &["logs", "node03"]).contains("joined the DVM"));
+
+    let gone = ok_in(dir, &["down"]);
+    assert!(
+        gone.contains(&format!("removed the lab: 5 hosts on {backend}")),
+        "{gone}"
+    );
+    let after = lab_in(dir, &["status"]);
+    assert_eq!(after.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&after.stderr).contains("no lab is up"));
+    assert!(ok_in(dir, &["down"]).contains("no lab was up"));
+    run
 }

@@ -1,8 +1,11 @@
-//! The lab without Docker: the same plan on netns hosts (the harness's netns backend). A
-//! keeper process, started by `lab up` and detached from it, owns the cluster for its
-//! lifetime and answers every other `lab` command over a unix socket: one JSON request line,
-//! one JSON reply line. A command to run on a host travels with the client's stdin, stdout
-//! and stderr (SCM_RIGHTS), so its output and exit status are the client's own.
+//! The lab's keeper: a process, started by `lab up` and detached from it, that owns the
+//! lab's cluster (the harness's docker or netns backend, with its faults and partitions) for
+//! its lifetime and answers every other `lab` command over a unix socket: one JSON request
+//! line, one JSON reply line. A command to run on a host travels with the client's stdin,
+//! stdout and stderr (SCM_RIGHTS), so its output and exit status are the client's own.
+//!
+//! The harness names everything it makes after the keeper's pid, so a keeper that dies
+//! leaves nothing `dvmlab-harness gc` cannot find.
 
 use std::io::{BufRead, BufReader, IoSlice, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -18,21 +21,22 @@ use serde_json::{json, Value};
 
 use crate::plan::{IpVersion, Plan, CONTROLLER, PREFIX};
 
-/// Where the keeper's socket, log and state live.
+/// What every command says when there is no keeper to ask.
+pub const NO_LAB: &str = "no lab is up (`lab up` or `make lab`)";
+
+/// Where the keeper's socket and log live: `DVMLAB_LAB_DIR`, else `dvmlab-lab` in the
+/// temporary directory. One lab per directory, so labs side by side need one each.
 pub fn dir() -> PathBuf {
-    std::env::temp_dir().join(format!("{PREFIX}-netns"))
+    std::env::var_os("DVMLAB_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join(PREFIX))
 }
 
 fn socket_path() -> PathBuf {
     dir().join("keeper.sock")
 }
 
-/// Whether hosts here can be network namespaces (root with `ip`).
-pub fn available() -> bool {
-    dvmlab_harness::netns_available()
-}
-
-/// A connection to the keeper of the netns lab that is up.
+/// A connection to the keeper of the lab that is up.
 pub struct Keeper {
     stream: UnixStream,
 }
@@ -86,7 +90,7 @@ impl Keeper {
 
 /// Runs `argv` on `host` of the lab that is up; (exit code, stdout, stderr).
 pub fn output(host: &str, argv: &[String]) -> Result<(i64, String, String), String> {
-    let k = Keeper::find().ok_or("no netns lab is up")?;
+    let k = Keeper::find().ok_or(NO_LAB)?;
     let tmp = |what: &str| {
         let p = dir().join(format!("{what}-{}", std::process::id()));
         let f = std::fs::OpenOptions::new()
@@ -121,12 +125,17 @@ pub fn output(host: &str, argv: &[String]) -> Result<(i64, String, String), Stri
 
 /// Asks the keeper of the lab that is up; an error when none is.
 pub fn ask(req: Value) -> Result<Value, String> {
-    Keeper::find().ok_or("no netns lab is up")?.ask(&req, &[])
+    Keeper::find().ok_or(NO_LAB)?.ask(&req, &[])
 }
 
 /// Starts a keeper for `plan` in the background and returns once it serves (the daemons
 /// are started then; the DVM may still be forming).
-pub fn spawn_keeper(plan: &Plan, hold: &[String], bin_dir: &Path) -> Result<(), String> {
+pub fn spawn_keeper(
+    plan: &Plan,
+    hold: &[String],
+    bin_dir: &Path,
+    backend: BackendKind,
+) -> Result<(), String> {
     let d = dir();
     std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
     let log = d.join("keeper.log");
@@ -136,6 +145,7 @@ pub fn spawn_keeper(plan: &Plan, hold: &[String], bin_dir: &Path) -> Result<(), 
     cmd.args(["keep", "--nodes", &plan.nodes.to_string()])
         .args(["--radix", &plan.radix.to_string()])
         .args(["--ip", &plan.ip.number().to_string()])
+        .args(["--backend", backend_name(backend)])
         .arg("--bin-dir")
         .arg(bin_dir)
         .stdin(Stdio::null())
@@ -165,7 +175,12 @@ pub fn spawn_keeper(plan: &Plan, hold: &[String], bin_dir: &Path) -> Result<(), 
 
 /// The keeper: builds the cluster, starts every daemon not held, says `serving` on stdout,
 /// and serves requests until `down`.
-pub fn keep(plan: &Plan, hold: &[String], bin_dir: &Path) -> Result<(), String> {
+pub fn keep(
+    plan: &Plan,
+    hold: &[String],
+    bin_dir: &Path,
+    backend: BackendKind,
+) -> Result<(), String> {
     let hosts: Vec<String> = plan.hosts().into_iter().map(|h| h.name).collect();
     for h in hold {
         plan.host(h)?;
@@ -182,15 +197,15 @@ pub fn keep(plan: &Plan, hold: &[String], bin_dir: &Path) -> Result<(), String> 
         &hosts,
         vec![prted.display().to_string(), "--bootstrap".into()],
     );
-    spec.backend = BackendKind::Netns;
+    spec.backend = backend;
     spec.ip = IpMode::Dual;
     spec.env = vec![("DVMLAB_LOG".into(), "info".into())];
     let mut cluster = Cluster::new(spec)?;
     let subnet = cluster
         .subnet(false, plan.ip == IpVersion::V6)
-        .ok_or("the netns cluster has no subnet")?;
+        .ok_or("the lab's cluster has no subnet")?;
     let conf = plan.conf_text(
-        "lab up (netns hosts)",
+        &format!("lab up (on {})", backend_name(backend)),
         &format!("node[{}:1-{}]", plan.node_name(1).len() - 4, plan.nodes),
         CONTROLLER,
         Some(&subnet),
@@ -206,10 +221,11 @@ pub fn keep(plan: &Plan, hold: &[String], bin_dir: &Path) -> Result<(), String> 
     println!("serving");
     let _ = std::io::stdout().flush();
     let bin = Arc::new(bin_dir.to_path_buf());
+    let run = cluster.run_name().to_string();
     let cluster = Arc::new(Mutex::new(Some(cluster)));
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        if serve(conn, &cluster, &bin) {
+        if serve(conn, &cluster, &bin, backend, &run) {
             break;
         }
     }
@@ -236,7 +252,13 @@ fn with_cluster<T>(
 
 /// Reads one request from `conn` and answers it (a command to run, in a thread of its own,
 /// since a job may take long); true for `down`.
-fn serve(conn: UnixStream, cluster: &Shared, bin: &Arc<PathBuf>) -> bool {
+fn serve(
+    conn: UnixStream,
+    cluster: &Shared,
+    bin: &Arc<PathBuf>,
+    backend: BackendKind,
+    run: &str,
+) -> bool {
     let mut buf = vec![0u8; 64 * 1024];
     let mut space = nix::cmsg_space!([RawFd; 3]);
     let (req, fds) = {
@@ -282,6 +304,13 @@ fn serve(conn: UnixStream, cluster: &Shared, bin: &Arc<PathBuf>) -> bool {
             };
             reply(&conn, v);
         });
+        return false;
+    }
+    if op == "about" {
+        reply(
+            &conn,
+            json!({"backend": backend_name(backend), "run": run, "pid": std::process::id()}),
+        );
         return false;
     }
     match with_cluster(cluster, |c| act(c, &op, &req)) {
@@ -374,6 +403,15 @@ fn act(c: &mut Cluster, op: &str, req: &Value) -> Result<Value, String> {
 
 fn c_has(c: &Cluster, h: &str) -> Result<(), String> {
     c.host(h).map(|_| ())
+}
+
+/// What the lab's backends are called on the command line and in messages.
+pub fn backend_name(b: BackendKind) -> &'static str {
+    match b {
+        BackendKind::Docker => "docker",
+        BackendKind::Netns => "netns",
+        BackendKind::Process => "process",
+    }
 }
 
 /// `running`, `frozen`, `exited` or `not started`.
