@@ -103,6 +103,18 @@ fn formation_cell(backend: BackendKind, ip: u8, n: usize, radix: u32, listed: bo
             "{label}: rank {r} joined through its tree parent"
         );
         assert_eq!(m.state, MemberState::Joined, "{label}: rank {r}");
+        let info = dvm.cluster.host(&hosts[r]).unwrap();
+        let addr = if ip == 6 { info.v6 } else { info.v4 };
+        let uri = m.uri.as_deref().unwrap_or_default();
+        assert!(
+            uri.starts_with(&format!("{}.{r};tcp", s.namespace))
+                && addr.is_some_and(|a| uri.contains(&if a.is_ipv6() {
+                    format!("//[{a}]:")
+                } else {
+                    format!("//{a}:")
+                })),
+            "{label}: rank {r}'s contact URI {uri:?} names its own address {addr:?}"
+        );
     }
     let (ok, out, err) = dvm.pctl(&["ping", "--all", "--json"]);
     assert!(ok, "{label}: ping --all: {out}{err}");

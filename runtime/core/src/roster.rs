@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::tree::Rank;
-use dvmlab_proto::limits::MAX_NODES;
+use dvmlab_proto::limits::{MAX_NODES, MAX_URI_LEN};
 pub use dvmlab_proto::wire::Wireup;
 
 /// Where a member stands.
@@ -36,6 +36,8 @@ pub enum State {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub host: String,
+    /// Its contact URI as it last reported it (on the controller; a daemon knows its own).
+    pub uri: Option<String>,
     pub state: State,
     /// The roster's generation when this member's state last changed.
     pub since: u64,
@@ -61,6 +63,7 @@ impl Roster {
             .enumerate()
             .map(|(r, h)| Member {
                 host: h.clone(),
+                uri: None,
                 state: if r as Rank == me {
                     State::Wired
                 } else {
@@ -170,6 +173,20 @@ impl Roster {
         true
     }
 
+    /// Records the contact URI `rank` reported (the address it is reached at may change when
+    /// it restarts elsewhere). Empty (an older peer) or longer than [`MAX_URI_LEN`] is not
+    /// recorded; ranks outside the DVM are ignored.
+    pub fn set_uri(&mut self, rank: Rank, uri: &str) {
+        if uri.is_empty() || uri.len() > MAX_URI_LEN {
+            return;
+        }
+        if let Some(m) = self.members.get_mut(rank as usize) {
+            if m.uri.as_deref() != Some(uri) {
+                m.uri = Some(uri.to_string());
+            }
+        }
+    }
+
     /// What a joining child needs beyond `prte.conf`.
     pub fn wireup(&self) -> Wireup {
         Wireup {
@@ -209,6 +226,7 @@ impl Roster {
                 }
                 None if *r == self.len() => self.members.push(Member {
                     host: host.clone(),
+                    uri: None,
                     state: State::Waiting,
                     since: self.generation,
                 }),
@@ -269,6 +287,25 @@ mod tests {
     }
 
     #[test]
+    fn a_reported_uri_is_recorded_per_rank_within_its_length_limit() {
+        let mut r = Roster::from_conf(&hosts(3), false, 0);
+        r.set_uri(1, "n.1;tcp://10.0.0.2:7817:24");
+        assert_eq!(
+            r.get(1).unwrap().uri.as_deref(),
+            Some("n.1;tcp://10.0.0.2:7817:24")
+        );
+        r.set_uri(1, "");
+        r.set_uri(1, &"x".repeat(MAX_URI_LEN + 1));
+        assert_eq!(
+            r.get(1).unwrap().uri.as_deref(),
+            Some("n.1;tcp://10.0.0.2:7817:24"),
+            "an empty or oversized URI changes nothing"
+        );
+        r.set_uri(9, "n.9;tcp://10.0.0.9:7817:24");
+        assert_eq!(r.get(2).unwrap().uri, None);
+    }
+
+    #[test]
     fn a_listed_controller_runs_jobs_and_departed_ranks_stay_departed() {
         let mut r = Roster::from_conf(&hosts(2), true, 0);
         r.set(1, State::Wired);
@@ -285,6 +322,7 @@ mod tests {
         assert_eq!(ctl.wireup().added, vec![]);
         ctl.members.push(Member {
             host: "h3".into(),
+            uri: None,
             state: State::Waiting,
             since: 0,
         });

@@ -34,6 +34,9 @@ pub struct MemberStatus {
     /// Its parent by the radix-tree formula; `null` for the controller.
     pub tree_parent: Option<Rank>,
     pub state: MemberState,
+    /// Its contact URI as it reported it when it last joined (`null` until then).
+    #[serde(default)]
+    pub uri: Option<String>,
 }
 
 /// `pctl status --json`.

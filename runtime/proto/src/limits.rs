@@ -48,5 +48,8 @@ pub const JOB_HISTORY: usize = 1000;
 /// Longest piece of job output in one message; a longer line arrives in pieces.
 pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
 
+/// Bytes of a daemon's contact URI as it reports it; a longer one is not recorded.
+pub const MAX_URI_LEN: usize = 256;
+
 /// Pings the controller waits for at once.
 pub const MAX_PENDING_PINGS: usize = 1024;

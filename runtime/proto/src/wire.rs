@@ -108,6 +108,10 @@ pub struct Member {
     /// ignored.
     #[serde(default)]
     pub via: u64,
+    /// Its contact URI (`nspace.rank;tcp://address:port:prefix`), as it chose its own
+    /// address; empty from a peer of protocol version 1.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uri: String,
 }
 
 /// A rank as of one of its connections, for withdrawing exactly that connection's route.

@@ -198,6 +198,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0),
         controller_uri: p.controller_uri().to_string(),
+        uri: uri.to_string(),
     };
     let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
     let ctx = Arc::new(Ctx {

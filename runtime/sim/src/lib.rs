@@ -138,6 +138,7 @@ impl Sim {
                 heartbeat: Duration::from_millis(1000),
                 incarnation: 0,
                 controller_uri: "sim".into(),
+                uri: format!("sim.{r};tcp://10.0.0.{}:7817:16", r % 250),
             })
             .collect();
         Sim {

@@ -11,6 +11,7 @@ impl Node {
             parent,
             epoch: self.epoch,
             via: self.epoch,
+            uri: self.cfg.uri.clone(),
         }
     }
 

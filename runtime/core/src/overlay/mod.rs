@@ -52,6 +52,8 @@ pub struct NodeConfig {
     /// than anything its previous incarnation sent.
     pub incarnation: u64,
     pub controller_uri: String,
+    /// This daemon's own contact URI.
+    pub uri: String,
 }
 
 /// Something that happened.
@@ -270,7 +272,11 @@ impl Node {
             last_heard: HashMap::new(),
             exec_children: Vec::new(),
             exec_up: None,
-            roster: cfg.roster.clone(),
+            roster: {
+                let mut r = cfg.roster.clone();
+                r.set_uri(me, &cfg.uri);
+                r
+            },
             formed: false,
             pings: HashMap::new(),
             next_ping: 1,
@@ -542,6 +548,7 @@ impl Node {
                 host: m.host.clone(),
                 parent: self.below.get(&r).map(|m| m.parent),
                 tree_parent: self.cfg.tree.parent(r),
+                uri: m.uri.clone(),
                 state: match m.state {
                     State::Wired => MemberState::Joined,
                     State::Waiting => MemberState::Waiting,
@@ -620,6 +627,7 @@ mod tests {
             heartbeat: HB,
             incarnation: 0,
             controller_uri: "t".into(),
+            uri: "t.0".into(),
         })
     }
 
@@ -630,6 +638,7 @@ mod tests {
             parent,
             epoch,
             via: 0,
+            uri: format!("t.{rank};tcp://10.0.0.{rank}:7817:24"),
         }
     }
 

@@ -58,6 +58,7 @@ impl Node {
         if self.is_controller() {
             for m in &accepted {
                 self.roster.set(m.rank, State::Wired);
+                self.roster.set_uri(m.rank, &m.uri);
             }
             self.check_formed();
         } else if let Some((up, _)) = self.up {
