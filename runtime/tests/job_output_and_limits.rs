@@ -190,3 +190,64 @@ fn a_job_of_more_processes_than_the_machine_has_pids_runs_and_the_dvm_stays_form
     }
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn prun_stdin_reaches_process_0_byte_for_byte_at_its_pace_and_the_others_read_nothing() {
+    let Some((mut dvm, hosts)) = Dvm::formed("job-stdin", Needs::Netns, 4, 2) else {
+        return;
+    };
+    // Twelve times the window, every byte value, no final newline.
+    let mut x: u32 = 0x2545_f491;
+    let payload: Vec<u8> = (0..(12 * dvmlab_proto::limits::STDIN_WINDOW))
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect();
+    let file = dvm.cluster.run_dir().join("stdin.bin");
+    std::fs::write(&file, &payload).unwrap();
+    let sh = |cmd: String| {
+        let (st, out, err) = dvm
+            .cluster
+            .exec_within_bytes(
+                &dvm.ctl,
+                &["sh".to_string(), "-c".to_string(), cmd],
+                Duration::from_secs(60),
+            )
+            .unwrap_or_else(|e| panic!("prun: {e}"));
+        (st.and_then(|s| s.code()), out, err)
+    };
+    // Process 0 on n03, two hops below the controller; it reads slowly at first, so the
+    // window fills and prun must wait for acknowledgements.
+    let (code, out, err) = sh(format!(
+        "{PRUN} -n 3 --host n03,n01,n02 -- sh -c 'sleep 0.5; cat' < {}",
+        file.display()
+    ));
+    assert_eq!(
+        code,
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&err),
+        dvm.cluster.logs_tail(20)
+    );
+    assert!(
+        out == payload,
+        "stdout: {} bytes, want {}; first difference at byte {:?}",
+        out.len(),
+        payload.len(),
+        out.iter().zip(&payload).position(|(a, b)| a != b)
+    );
+    // A process that never reads its stdin does not hold the job up.
+    let (code, out, _) = sh(format!("{PRUN} -n 1 -- true < {}", file.display()));
+    assert_eq!((code, out.len()), (Some(0), 0));
+    // Without stdin, process 0 reads /dev/null.
+    let (code, out, _) = sh(format!(
+        "{PRUN} --stdin none -n 1 -- wc -c < {}",
+        file.display()
+    ));
+    assert_eq!(code, Some(0));
+    assert_eq!(String::from_utf8_lossy(&out).trim(), "0");
+    dvm.stop_cleanly(&hosts);
+}

@@ -222,6 +222,12 @@ impl DaemonCore {
             ToolRequest::Submit { job } => jobs::Input::Submit { link, job },
             ToolRequest::Jobs => jobs::Input::Jobs { link },
             ToolRequest::Kill { id, signal } => jobs::Input::Kill { link, id, signal },
+            ToolRequest::Stdin { id, data, eof } => jobs::Input::Stdin {
+                link,
+                id,
+                data,
+                eof,
+            },
             other => {
                 return self
                     .out

@@ -47,6 +47,8 @@ pub enum JobEvent {
         stream: Stream,
         data: Vec<u8>,
     },
+    /// Process 0 took this many bytes of its stdin in all.
+    StdinAck { id: JobId, bytes: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +84,17 @@ pub enum Input {
     Signal {
         id: JobId,
         signal: i32,
+    },
+    /// Controller: the next bytes of process 0's stdin, from the tool.
+    Stdin {
+        id: JobId,
+        data: Vec<u8>,
+        eof: bool,
+    },
+    /// The local process 0 took this many bytes of its stdin in all.
+    ShellStdinAck {
+        id: JobId,
+        bytes: u64,
     },
     /// The local shell of `id` is running.
     ShellStarted {
@@ -129,6 +142,12 @@ pub enum ShellCommand {
     BarrierDone { id: JobId, seq: u64 },
     /// Run the local epilog (after the processes exited).
     Epilog { id: JobId },
+    /// Write these bytes to the local process 0's stdin (then close it, with `eof`).
+    Stdin {
+        id: JobId,
+        data: Vec<u8>,
+        eof: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -278,6 +297,25 @@ impl JobExec {
                     self.on_down(ExecDown::Signal { idset, id, signal });
                 }
             }
+            Input::Stdin { id, data, eof } => {
+                let rank = self
+                    .infos
+                    .get(&id)
+                    .filter(|s| s.stdin && s.placement.nprocs > 0)
+                    .map(|s| s.placement.rank_of(0));
+                match rank {
+                    Some(r) if self.controller => self.on_down(ExecDown::Stdin {
+                        idset: IdSet::range(r, r),
+                        id,
+                        data,
+                        eof,
+                    }),
+                    _ => self.emit(Output::Log(format!(
+                        "stdin for job {id}, which takes none here; dropped"
+                    ))),
+                }
+            }
+            Input::ShellStdinAck { id, bytes } => self.stdin_ack_up(id, bytes),
             Input::ShellStarted { id } => self.local(id, |j, me| {
                 j.shell = Some(Shell::Running);
                 j.started.insert(me);
@@ -586,6 +624,26 @@ impl JobExec {
                     self.kill_local(id, signal);
                 }
             }
+            ExecDown::Stdin {
+                idset,
+                id,
+                data,
+                eof,
+            } => {
+                if idset.contains(self.me) {
+                    if self.jobs.contains_key(&id) {
+                        self.emit(Output::Shell(ShellCommand::Stdin { id, data, eof }));
+                    }
+                } else {
+                    let m = ExecDown::Stdin {
+                        idset: idset.clone(),
+                        id,
+                        data,
+                        eof,
+                    };
+                    self.fan_out(&idset, &m);
+                }
+            }
         }
     }
 
@@ -744,6 +802,20 @@ impl JobExec {
                 }
                 return self.output_up(id, proc, stream, data);
             }
+            ExecUp::StdinAck { id, bytes } => {
+                // Only from the subtree process 0 runs in.
+                let placed = self
+                    .infos
+                    .get(&id)
+                    .filter(|s| s.stdin && s.placement.nprocs > 0)
+                    .map(|s| s.placement.rank_of(0));
+                if !placed.is_some_and(|r| self.tree.is_ancestor_or_self(child, r)) {
+                    return self.emit(Output::Log(format!(
+                        "stdin acknowledgement of job {id} from rank {child}'s subtree, where its process 0 does not run; dropped"
+                    )));
+                }
+                return self.stdin_ack_up(id, bytes);
+            }
             other => other,
         };
         // A daemon speaks only for its own subtree: ranks outside it are not taken.
@@ -769,7 +841,7 @@ impl JobExec {
             other => other,
         };
         match &req {
-            ExecUp::Hello | ExecUp::Output { .. } => {}
+            ExecUp::Hello | ExecUp::Output { .. } | ExecUp::StdinAck { .. } => {}
             ExecUp::Start { .. } => self.counters.start += 1,
             ExecUp::Barrier { .. } => self.counters.barrier += 1,
             ExecUp::Finish { .. } => self.counters.finish += 1,
@@ -777,7 +849,7 @@ impl JobExec {
             ExecUp::Release { .. } => self.counters.release += 1,
         }
         match req {
-            ExecUp::Hello | ExecUp::Output { .. } => {}
+            ExecUp::Hello | ExecUp::Output { .. } | ExecUp::StdinAck { .. } => {}
             ExecUp::Start { id, ranks } => {
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.started = j.started.union(&ranks);
@@ -886,6 +958,22 @@ impl JobExec {
             self.held.push_back(req);
         } else {
             self.dropped_bytes += len;
+        }
+    }
+
+    /// Acknowledgements are cumulative, so one held back while the parent has not answered
+    /// the hello is replaced by the next, never lost.
+    fn stdin_ack_up(&mut self, id: JobId, bytes: u64) {
+        if self.controller {
+            return self.emit(Output::Event(JobEvent::StdinAck { id, bytes }));
+        }
+        let req = ExecUp::StdinAck { id, bytes };
+        if self.ready {
+            self.emit(Output::SendUp(req));
+        } else {
+            self.held
+                .retain(|h| !matches!(h, ExecUp::StdinAck { id: held, .. } if *held == id));
+            self.held.push_back(req);
         }
     }
 
@@ -1076,6 +1164,7 @@ mod tests {
         killed: Vec<(Rank, JobId, i32)>,
         epilogs: Vec<(Rank, JobId)>,
         barrier_done: Vec<(Rank, JobId, u64)>,
+        stdin: Vec<(Rank, JobId, Vec<u8>, bool)>,
         events: Vec<JobEvent>,
         logs: Vec<(Rank, String)>,
     }
@@ -1086,6 +1175,7 @@ mod tests {
             env: vec![],
             cwd: None,
             placement: Placement::new(14, (1..15).collect(), MapBy::Node),
+            stdin: false,
         }
     }
 
@@ -1100,6 +1190,7 @@ mod tests {
                 killed: vec![],
                 epilogs: vec![],
                 barrier_done: vec![],
+                stdin: vec![],
                 events: vec![],
                 logs: vec![],
             };
@@ -1156,6 +1247,9 @@ mod tests {
                             self.barrier_done.push((r, id, seq))
                         }
                         Output::Shell(ShellCommand::Epilog { id }) => self.epilogs.push((r, id)),
+                        Output::Shell(ShellCommand::Stdin { id, data, eof }) => {
+                            self.stdin.push((r, id, data, eof))
+                        }
                         Output::Event(e) => self.events.push(e),
                         Output::Log(l) => self.logs.push((r, l)),
                     }
@@ -1182,6 +1276,44 @@ mod tests {
             }
             self.run();
         }
+    }
+
+    #[test]
+    fn stdin_goes_down_to_the_rank_of_process_0_alone_and_only_its_subtree_acknowledges_it() {
+        let mut s = Sim::new(15, 2);
+        // Process 0 on rank 9, three hops below the controller.
+        let mut sp = spec();
+        sp.placement = Placement::new(3, vec![9, 2, 3], MapBy::Node);
+        sp.stdin = true;
+        let ranks: IdSet = [2, 3, 9].into_iter().collect();
+        s.push(
+            0,
+            Input::Submit {
+                id: 5,
+                userid: 1000,
+                ranks,
+                spec: sp,
+            },
+        );
+        s.run();
+        s.push(
+            0,
+            Input::Stdin {
+                id: 5,
+                data: vec![0, 255, 10],
+                eof: true,
+            },
+        );
+        s.run();
+        assert_eq!(s.stdin, vec![(9, 5, vec![0, 255, 10], true)]);
+        s.push(9, Input::ShellStdinAck { id: 5, bytes: 3 });
+        s.run();
+        assert_eq!(s.events, vec![JobEvent::StdinAck { id: 5, bytes: 3 }]);
+        // Rank 2 is not on rank 9's path: an acknowledgement from it is not taken.
+        s.push(2, Input::ShellStdinAck { id: 5, bytes: 99 });
+        s.run();
+        assert_eq!(s.events.len(), 1, "{:?}", s.events);
+        assert!(s.logs.iter().any(|(_, l)| l.contains("does not run; dropped")));
     }
 
     #[test]

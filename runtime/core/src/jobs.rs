@@ -36,6 +36,13 @@ pub enum Input {
         id: JobId,
         signal: i32,
     },
+    /// Stdin for process 0 of a job, from the tool that submitted it.
+    Stdin {
+        link: LinkId,
+        id: JobId,
+        data: Vec<u8>,
+        eof: bool,
+    },
     /// A tool's connection closed: its jobs keep running, their output is dropped.
     ToolGone {
         link: LinkId,
@@ -141,6 +148,12 @@ impl JobManager {
                 self.reply(link, ToolReply::JobsEnd);
             }
             Input::Kill { link, id, signal } => self.kill(link, id, signal),
+            Input::Stdin {
+                link,
+                id,
+                data,
+                eof,
+            } => self.stdin(link, id, data, eof),
             Input::ToolGone { link } => {
                 for j in self.jobs.values_mut() {
                     if j.tool == Some(link) {
@@ -254,6 +267,7 @@ impl JobManager {
             env: job.env.clone(),
             cwd: job.cwd.clone(),
             placement: placement.clone(),
+            stdin: job.stdin,
         };
         let report = JobSummary {
             id,
@@ -301,6 +315,27 @@ impl JobManager {
             exec::Input::Signal { id, signal }
         }));
         self.reply(link, ToolReply::Signalled { id });
+    }
+
+    /// Only the submitting connection feeds a job's stdin, and only while the job runs:
+    /// another tool cannot write into someone's job.
+    fn stdin(&mut self, link: LinkId, id: JobId, data: Vec<u8>, eof: bool) {
+        let Some(j) = self.jobs.get(&id) else {
+            return self.error(link, format!("no job {id}"));
+        };
+        if j.tool != Some(link) {
+            return self.error(
+                link,
+                format!("job {id} was not submitted on this connection: only its submitter feeds its stdin"),
+            );
+        }
+        if !j.spec.stdin {
+            return self.error(link, format!("job {id} was submitted without stdin"));
+        }
+        if j.report.state == "INACTIVE" {
+            return;
+        }
+        self.emit(Output::Exec(exec::Input::Stdin { id, data, eof }));
     }
 
     fn on_event(&mut self, e: JobEvent) {
@@ -354,6 +389,11 @@ impl JobManager {
                     );
                 }
                 self.persist();
+            }
+            JobEvent::StdinAck { id, bytes } => {
+                if let Some(link) = self.jobs.get(&id).and_then(|j| j.tool) {
+                    self.reply(link, ToolReply::StdinAck { id, bytes });
+                }
             }
             JobEvent::Output {
                 id,
@@ -425,6 +465,7 @@ mod tests {
             hosts,
             time_limit_ms: Some(500),
             userid: 1000,
+            stdin: false,
         }
     }
 
@@ -486,6 +527,67 @@ mod tests {
         );
         assert!(
             matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains("the most the DVM runs at once")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn only_the_submitting_connection_feeds_a_jobs_stdin_and_hears_its_acknowledgements() {
+        let mut m = mgr();
+        let job = Submit {
+            stdin: true,
+            ..submit(2, MapBy::Node, None)
+        };
+        m.handle(&wired(&[1, 2]), Input::Submit { link: 5, job });
+        let stdin = |link| Input::Stdin {
+            link,
+            id: 1,
+            data: b"abc".to_vec(),
+            eof: false,
+        };
+        let out = m.handle(&wired(&[1, 2]), stdin(6));
+        assert!(
+            matches!(&out[..], [Output::Reply { link: 6, reply: ToolReply::Error { message } }] if message.contains("only its submitter")),
+            "{out:?}"
+        );
+        let out = m.handle(&wired(&[1, 2]), stdin(5));
+        assert_eq!(
+            out,
+            vec![Output::Exec(exec::Input::Stdin {
+                id: 1,
+                data: b"abc".to_vec(),
+                eof: false
+            })]
+        );
+        let out = m.handle(
+            &wired(&[1, 2]),
+            Input::Event(JobEvent::StdinAck { id: 1, bytes: 3 }),
+        );
+        assert_eq!(
+            out,
+            vec![Output::Reply {
+                link: 5,
+                reply: ToolReply::StdinAck { id: 1, bytes: 3 }
+            }]
+        );
+        m.handle(
+            &wired(&[1, 2]),
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        let out = m.handle(
+            &wired(&[1, 2]),
+            Input::Stdin {
+                link: 5,
+                id: 2,
+                data: vec![],
+                eof: true,
+            },
+        );
+        assert!(
+            matches!(&out[..], [Output::Reply { reply: ToolReply::Error { message }, .. }] if message.contains("without stdin")),
             "{out:?}"
         );
     }

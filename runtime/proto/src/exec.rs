@@ -20,6 +20,9 @@ pub struct JobSpec {
     pub cwd: Option<String>,
     /// Where each process runs.
     pub placement: Placement,
+    /// Process 0's stdin comes from the tool (`ExecDown::Stdin`); otherwise `/dev/null`.
+    #[serde(default)]
+    pub stdin: bool,
 }
 
 /// How a `state-update` tuple is to be resolved (RFC 33).
@@ -69,6 +72,14 @@ pub enum ExecDown {
         id: JobId,
         signal: i32,
     },
+    /// The next bytes of process 0's stdin, for the rank it runs on.
+    Stdin {
+        idset: IdSet,
+        id: JobId,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+        eof: bool,
+    },
 }
 
 /// Requests sent upward (RFC 33 `job-exec.*`).
@@ -110,6 +121,8 @@ pub enum ExecUp {
         #[serde(with = "base64_bytes")]
         data: Vec<u8>,
     },
+    /// Process 0 took this many bytes of its stdin in all (forwarded at once).
+    StdinAck { id: JobId, bytes: u64 },
 }
 
 /// Upward messages counted on this daemon, by kind (the reductions are proven with them).

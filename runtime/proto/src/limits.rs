@@ -51,5 +51,14 @@ pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
 /// Bytes of a daemon's contact URI as it reports it; a longer one is not recorded.
 pub const MAX_URI_LEN: usize = 256;
 
+/// Bytes of a job's stdin a tool may send ahead of the acknowledgement that the process
+/// took them: the tool waits for acknowledgements beyond this, so stdin never piles up in
+/// the tree.
+pub const STDIN_WINDOW: usize = 256 << 10;
+
+/// Bytes a daemon queues for one job process's stdin. Only a tool that ignores
+/// [`STDIN_WINDOW`] gets here: the excess is dropped and the job gets a fatal exception.
+pub const MAX_STDIN_QUEUE: usize = 2 * STDIN_WINDOW;
+
 /// Pings the controller waits for at once.
 pub const MAX_PENDING_PINGS: usize = 1024;

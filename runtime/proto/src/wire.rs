@@ -182,6 +182,10 @@ pub struct Submit {
     pub hosts: Option<Vec<String>>,
     pub time_limit_ms: Option<u64>,
     pub userid: u32,
+    /// Process 0 reads what the tool sends with [`ToolRequest::Stdin`]; without it, every
+    /// process reads `/dev/null`.
+    #[serde(default)]
+    pub stdin: bool,
 }
 
 /// What a tool asks of the controller.
@@ -201,6 +205,14 @@ pub enum ToolRequest {
     Kill {
         id: JobId,
         signal: i32,
+    },
+    /// The next bytes of the stdin of process 0 of a job submitted on this connection (and,
+    /// with `eof`, their end). At most `STDIN_WINDOW` bytes beyond the last `StdinAck`.
+    Stdin {
+        id: JobId,
+        #[serde(with = "base64_bytes")]
+        data: Vec<u8>,
+        eof: bool,
     },
     /// A request kind this build does not know (sent by a newer tool).
     #[serde(other)]
@@ -258,6 +270,12 @@ pub enum ToolReply {
     JobsEnd,
     Signalled {
         id: JobId,
+    },
+    /// Process 0 of the job took (or, once it exited or closed its stdin, discarded) this
+    /// many bytes of its stdin in all.
+    StdinAck {
+        id: JobId,
+        bytes: u64,
     },
 }
 

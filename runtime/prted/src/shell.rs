@@ -3,6 +3,10 @@
 //! its own process group, so a signal reaches what it forks, and the daemon's [`Reaper`]
 //! kills those groups if the daemon dies, so a dying daemon leaves none of them behind.
 //!
+//! Stdin: process 0 of a job submitted with stdin reads a pipe fed by what its tool sends
+//! (acknowledged as it is written, so the tool never has more than a window in flight);
+//! every other process reads `/dev/null`.
+//!
 //! Barrier client: every process has a socket on file descriptor `DVMLAB_BARRIER_FD` (3). It
 //! writes `barrier SEQ` on its own line and reads a line back (`ok SEQ`) once every process
 //! of the job, on every node, entered barrier SEQ. In a shell:
@@ -12,12 +16,13 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nix::fcntl::OFlag;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{dup3, dup3_raw, Pid};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -25,7 +30,7 @@ use tracing::warn;
 use crate::reaper::Reaper;
 use dvmlab_core::exec::{Input, JobId, JobSpec};
 use dvmlab_core::tree::Rank;
-use dvmlab_proto::limits::MAX_OUTPUT_CHUNK;
+use dvmlab_proto::limits::{MAX_OUTPUT_CHUNK, MAX_STDIN_QUEUE, STDIN_WINDOW};
 use dvmlab_proto::wire::Stream;
 
 /// Starts and signals job shells; reports back through `events` as job-exec inputs.
@@ -40,6 +45,25 @@ pub struct Runner {
     reaper: Arc<Mutex<Reaper>>,
     slot: Arc<Mutex<BarrierSlot>>,
     barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
+    /// Process 0's stdin of each job that runs it here with stdin.
+    stdins: Arc<Mutex<HashMap<JobId, StdinFeed>>>,
+}
+
+/// What waits to be written to one process's stdin, in order, and its size in bytes.
+struct StdinFeed {
+    tx: mpsc::UnboundedSender<(Vec<u8>, bool)>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Forgets a job's stdin feed when its shell task ends, however it ends.
+struct StdinGone(Arc<Mutex<HashMap<JobId, StdinFeed>>>, JobId);
+
+impl Drop for StdinGone {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(&self.1);
+        }
+    }
 }
 
 /// The barrier sockets of one job's local processes, and who entered which barrier.
@@ -86,7 +110,33 @@ impl Runner {
             reaper: Arc::new(Mutex::new(reaper)),
             slot: Arc::new(Mutex::new(slot)),
             barriers: Arc::new(Mutex::new(HashMap::new())),
+            stdins: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// The next bytes of process 0's stdin (then its end, with `eof`). Queued at once; a
+    /// tool that sends beyond its window overruns the queue, and its job fails.
+    pub fn stdin(&self, id: JobId, data: Vec<u8>, eof: bool) {
+        let feed = self.stdins.lock().ok().and_then(|m| {
+            m.get(&id)
+                .map(|f| (f.tx.clone(), f.queued.clone()))
+        });
+        let Some((tx, queued)) = feed else {
+            return tracing::debug!("stdin for job {id}, whose process 0 is not running here; dropped");
+        };
+        let len = data.len();
+        if queued.load(Ordering::Relaxed) + len > MAX_STDIN_QUEUE {
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                let note = format!(
+                    "stdin overrun: the tool sent more than its {STDIN_WINDOW}-byte window beyond what process 0 took"
+                );
+                let _ = events.send(Input::LocalFailure { id, note }).await;
+            });
+            return;
+        }
+        queued.fetch_add(len, Ordering::Relaxed);
+        let _ = tx.send((data, eof));
     }
 
     /// Every shell of the job entered barrier `seq`: tell each local process.
@@ -107,6 +157,17 @@ impl Runner {
     /// Runs the prolog, then this rank's processes of the job, and reports start, output
     /// lines and the greatest wait status.
     pub fn launch(&self, id: JobId, spec: JobSpec) {
+        let mut stdin_rx = None;
+        let stdin_queued = Arc::new(AtomicUsize::new(0));
+        if spec.stdin && spec.placement.nprocs > 0 && spec.placement.rank_of(0) == self.me {
+            let (tx, rx) = mpsc::unbounded_channel();
+            stdin_rx = Some(rx);
+            if let Ok(mut m) = self.stdins.lock() {
+                let queued = stdin_queued.clone();
+                m.insert(id, StdinFeed { tx, queued });
+            }
+        }
+        let stdins = self.stdins.clone();
         let (me, events, groups, prolog, barriers, reaper, slot) = (
             self.me,
             self.events.clone(),
@@ -117,6 +178,7 @@ impl Runner {
             self.slot.clone(),
         );
         tokio::spawn(async move {
+            let _gone = StdinGone(stdins, id);
             // Fails only once the daemon's core is gone, and then nobody listens.
             let send = |i: Input| {
                 let events = events.clone();
@@ -146,12 +208,22 @@ impl Runner {
                 // daemon's other work (heartbeats above all) gets its turn, or its links look
                 // dead to its parent and children while it spawns.
                 tokio::task::yield_now().await;
+                let feed = if proc == 0 { stdin_rx.take() } else { None };
                 let spawned = match slot.lock() {
-                    Ok(mut slot) => spawn(&spec, id, proc, &mut slot),
+                    Ok(mut slot) => spawn(&spec, id, proc, feed.is_some(), &mut slot),
                     Err(_) => Err(std::io::Error::other("barrier slot poisoned")),
                 };
                 match spawned {
                     Ok((mut child, socket)) => {
+                        if let Some(rx) = feed {
+                            tokio::spawn(feed_stdin(
+                                child.stdin.take(),
+                                rx,
+                                stdin_queued.clone(),
+                                events.clone(),
+                                id,
+                            ));
+                        }
                         let (read, write) = socket.into_split();
                         if let Ok(mut b) = barriers.lock() {
                             b.entry(id).or_default().writers.push(write);
@@ -357,6 +429,7 @@ fn spawn(
     spec: &JobSpec,
     id: JobId,
     proc: u32,
+    stdin: bool,
     slot: &mut BarrierSlot,
 ) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -373,7 +446,7 @@ fn spawn(
         .env("DVMLAB_PROC", proc.to_string())
         .env("DVMLAB_NPROCS", spec.placement.nprocs.to_string())
         .env("DVMLAB_BARRIER_FD", BARRIER_FD.to_string())
-        .stdin(Stdio::null())
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -386,6 +459,35 @@ fn spawn(
     let child = cmd.spawn();
     dup3(&slot.null, &mut slot.fd3, OFlag::O_CLOEXEC)?;
     Ok((child?, ours))
+}
+
+/// Writes what the tool sends to a process's stdin, in order, and acknowledges every piece
+/// once written. Once the process closed its stdin or exited (or the tool said `eof`), the
+/// rest is acknowledged unwritten, so the tool never waits on a process that reads no more.
+async fn feed_stdin(
+    mut pipe: Option<tokio::process::ChildStdin>,
+    mut rx: mpsc::UnboundedReceiver<(Vec<u8>, bool)>,
+    queued: Arc<AtomicUsize>,
+    events: mpsc::Sender<Input>,
+    id: JobId,
+) {
+    let mut taken = 0u64;
+    while let Some((data, eof)) = rx.recv().await {
+        if let Some(p) = pipe.as_mut() {
+            if p.write_all(&data).await.is_err() {
+                pipe = None;
+            }
+        }
+        queued.fetch_sub(data.len(), Ordering::Relaxed);
+        taken += data.len() as u64;
+        if eof {
+            pipe = None;
+        }
+        let ack = Input::ShellStdinAck { id, bytes: taken };
+        if events.send(ack).await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Sends what process `proc` writes on `r` to job-exec, as it was written: a piece per line,

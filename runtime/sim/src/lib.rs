@@ -404,7 +404,9 @@ impl Sim {
                 let t = self.now + 1 + self.lat();
                 self.shell_at(t, r, ShellInput::EpilogDone { id });
             }
-            Output::Shell(ShellCommand::BarrierDone { .. }) | Output::Persist(_) => {}
+            // The simulated jobs use no barriers and take no stdin.
+            Output::Shell(ShellCommand::BarrierDone { .. } | ShellCommand::Stdin { .. })
+            | Output::Persist(_) => {}
             Output::Log(l) => {
                 if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
                     eprintln!("{:>6} ms r{r}: {l}", self.now);
@@ -498,6 +500,7 @@ impl Sim {
                         hosts: None,
                         time_limit_ms: None,
                         userid: 1000,
+                        stdin: false,
                     };
                     let req = ToolRequest::Submit { job };
                     self.feed(0, Input::Tool { link, req });

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::client::Client;
 use clap::{Parser, ValueEnum};
 use dvmlab_host::bootstrap::controller_addr;
+use dvmlab_proto::limits::{MAX_OUTPUT_CHUNK, STDIN_WINDOW};
 use dvmlab_proto::placement::MapBy;
 use dvmlab_proto::wire::{Stream, Submit, ToolReply, ToolRequest};
 use tokio::signal::unix::{signal, SignalKind};
@@ -18,7 +19,8 @@ use tokio::signal::unix::{signal, SignalKind};
 ///
 /// The controller is found the way the daemons find it: from prte.conf (/etc/prte.conf, or
 /// --conf, or the prte_bootstrap_conf parameter). SIGINT and SIGTERM are forwarded to the
-/// job; a second SIGINT kills it.
+/// job; a second SIGINT kills it. prun's stdin goes to process 0 (as bytes, at the pace it
+/// reads them); the other processes read /dev/null.
 ///
 /// Exit status: the job's; 2 for a usage error; 3 when the controller cannot be reached or
 /// refuses the job.
@@ -36,6 +38,10 @@ struct Cli {
     /// Only these hosts, comma separated, in this order.
     #[arg(long, value_delimiter = ',')]
     host: Option<Vec<String>>,
+
+    /// Which process reads prun's stdin: 0, or none (all read /dev/null).
+    #[arg(long, value_enum, default_value_t = StdinTo::Zero)]
+    stdin: StdinTo,
 
     /// Prefix every output line with the process's index.
     #[arg(long)]
@@ -70,6 +76,13 @@ struct Cli {
     command: Vec<String>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StdinTo {
+    #[value(name = "0")]
+    Zero,
+    None,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Mapping {
     Node,
@@ -101,6 +114,29 @@ pub fn main() -> ExitCode {
 fn write_all(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     w.write_all(bytes)?;
     w.flush()
+}
+
+/// Reads this process's stdin in a thread of its own, a chunk at a time; an empty chunk is
+/// the end (or a read error, which ends it as well).
+fn read_stdin(tx: tokio::sync::mpsc::Sender<Vec<u8>>) {
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut buf = vec![0u8; MAX_OUTPUT_CHUNK];
+            let n = loop {
+                match stdin.read(&mut buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break 0,
+                    Ok(n) => break n,
+                }
+            };
+            buf.truncate(n);
+            if tx.blocking_send(buf).is_err() || n == 0 {
+                return;
+            }
+        }
+    });
 }
 
 /// The exit code for a wait status: the exit code, or 128 + the signal.
@@ -153,6 +189,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
         hosts: cli.host.clone(),
         time_limit_ms,
         userid: nix::unistd::getuid().as_raw(),
+        stdin: cli.stdin == StdinTo::Zero,
     };
     c.send(ToolRequest::Submit { job })
         .await
@@ -162,9 +199,24 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
     let mut id = None;
     let mut interrupts = 0;
     let mut line_start: HashMap<(u32, Stream), bool> = HashMap::new();
+    // Stdin: read in a thread (a blocking read of whatever fd 0 is), a chunk at a time, and
+    // only taken while less than a window is unacknowledged.
+    let (stdin_tx, mut stdin_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1);
+    let mut stdin_open = false;
+    let (mut sent, mut acked) = (0u64, 0u64);
     loop {
+        let room = stdin_open && sent - acked < STDIN_WINDOW as u64;
         let reply = tokio::select! {
             r = c.recv() => r.map_err(|e| (3, e))?,
+            chunk = stdin_rx.recv(), if room => {
+                let (Some(id), chunk) = (id, chunk) else { continue };
+                let data = chunk.unwrap_or_default();
+                let eof = data.is_empty();
+                stdin_open = !eof;
+                sent += data.len() as u64;
+                c.send(ToolRequest::Stdin { id, data, eof }).await.map_err(|e| (3, e))?;
+                continue;
+            }
             _ = sigint.recv() => {
                 interrupts += 1;
                 let sig = if interrupts > 1 { 9 } else { 2 };
@@ -181,7 +233,14 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
             }
         };
         match reply {
-            ToolReply::Submitted { id: i, .. } => id = Some(i),
+            ToolReply::Submitted { id: i, .. } => {
+                id = Some(i);
+                if cli.stdin == StdinTo::Zero {
+                    stdin_open = true;
+                    read_stdin(stdin_tx.clone());
+                }
+            }
+            ToolReply::StdinAck { bytes, .. } => acked = acked.max(bytes),
             ToolReply::JobOutput {
                 proc, stream, data, ..
             } => {

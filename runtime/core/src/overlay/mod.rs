@@ -480,9 +480,10 @@ impl Node {
             }
             ToolRequest::Ping { rank } => self.start_ping(now, link, rank),
             ToolRequest::Stop => self.begin_stop(Some(link)),
-            ToolRequest::Submit { .. } | ToolRequest::Jobs | ToolRequest::Kill { .. } => {
-                self.emit(Output::JobTool { link, req })
-            }
+            ToolRequest::Submit { .. }
+            | ToolRequest::Jobs
+            | ToolRequest::Kill { .. }
+            | ToolRequest::Stdin { .. } => self.emit(Output::JobTool { link, req }),
             ToolRequest::Unknown => self.reply(
                 link,
                 ToolReply::Error {
