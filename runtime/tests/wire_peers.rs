@@ -238,3 +238,52 @@ time.sleep(15)
     let _ = idle.wait();
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn a_tool_whose_socket_takes_no_bytes_for_the_stall_time_is_dropped_and_its_job_runs_on() {
+    let Some((mut dvm, hosts)) = Dvm::formed("wire-stall", Needs::Netns, 3, 2) else {
+        return;
+    };
+    // Submits a job writing 8 MB (less than a link's queue limit, more than the socket
+    // buffers) and never reads: the controller's writes stop going through, and after the
+    // stall time the link is dropped, not left to hold the output forever.
+    let script = r#"
+import time
+s = connect()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+hello(s, 2, 1)
+send(s, {"t": "tool", "req": "submit", "job": {"argv": ["sh", "-c", "head -c 8000000 /dev/zero; echo; exec sleep 60"],
+  "env": [], "cwd": None, "nprocs": 1, "map_by": "node", "hosts": None, "time_limit_ms": None, "userid": 0}})
+time.sleep(14)
+print("slept")
+"#;
+    let argv = client_argv(&dvm, script);
+    let mut tool = dvm.cluster.command("n01", &argv).unwrap();
+    let mut tool = tool
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(20), Duration::from_millis(100), || {
+        let log = dvm.cluster.log("ctl");
+        if log.contains("no write went through for 10s; dropping the link") {
+            Ok(())
+        } else {
+            Err(dvm.cluster.logs_tail(10))
+        }
+    })
+    .unwrap();
+    let j = jobs(&dvm);
+    assert!(
+        j.iter().any(|j| j.state == "RUNNING"),
+        "the job runs on without its tool: {j:?}"
+    );
+    let s = dvm.status().unwrap();
+    assert!(s.formed, "{s:?}");
+    let (code, out, err) = prun(&dvm, &["hostname"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let _ = tool.kill();
+    let _ = tool.wait();
+    dvm.stop_cleanly(&hosts);
+}

@@ -143,11 +143,7 @@ pub enum ShellCommand {
     /// Run the local epilog (after the processes exited).
     Epilog { id: JobId },
     /// Write these bytes to the local process 0's stdin (then close it, with `eof`).
-    Stdin {
-        id: JobId,
-        data: Vec<u8>,
-        eof: bool,
-    },
+    Stdin { id: JobId, data: Vec<u8>, eof: bool },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -1313,7 +1309,10 @@ mod tests {
         s.push(2, Input::ShellStdinAck { id: 5, bytes: 99 });
         s.run();
         assert_eq!(s.events.len(), 1, "{:?}", s.events);
-        assert!(s.logs.iter().any(|(_, l)| l.contains("does not run; dropped")));
+        assert!(s
+            .logs
+            .iter()
+            .any(|(_, l)| l.contains("does not run; dropped")));
     }
 
     #[test]

@@ -122,7 +122,10 @@ pub enum ExecUp {
         data: Vec<u8>,
     },
     /// Process 0 took this many bytes of its stdin in all (forwarded at once).
-    StdinAck { id: JobId, bytes: u64 },
+    StdinAck {
+        id: JobId,
+        bytes: u64,
+    },
 }
 
 /// Upward messages counted on this daemon, by kind (the reductions are proven with them).

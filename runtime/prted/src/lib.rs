@@ -286,9 +286,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
                     runner.barrier_done(id, seq)
                 }
                 Output::Shell(ShellCommand::Epilog { id }) => runner.epilog(id),
-                Output::Shell(ShellCommand::Stdin { id, data, eof }) => {
-                    runner.stdin(id, data, eof)
-                }
+                Output::Shell(ShellCommand::Stdin { id, data, eof }) => runner.stdin(id, data, eof),
                 Output::Persist(live) => {
                     if let Some(f) = &jobs_file {
                         f.write(live);

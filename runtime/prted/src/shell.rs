@@ -117,12 +117,15 @@ impl Runner {
     /// The next bytes of process 0's stdin (then its end, with `eof`). Queued at once; a
     /// tool that sends beyond its window overruns the queue, and its job fails.
     pub fn stdin(&self, id: JobId, data: Vec<u8>, eof: bool) {
-        let feed = self.stdins.lock().ok().and_then(|m| {
-            m.get(&id)
-                .map(|f| (f.tx.clone(), f.queued.clone()))
-        });
+        let feed = self
+            .stdins
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&id).map(|f| (f.tx.clone(), f.queued.clone())));
         let Some((tx, queued)) = feed else {
-            return tracing::debug!("stdin for job {id}, whose process 0 is not running here; dropped");
+            return tracing::debug!(
+                "stdin for job {id}, whose process 0 is not running here; dropped"
+            );
         };
         let len = data.len();
         if queued.load(Ordering::Relaxed) + len > MAX_STDIN_QUEUE {
