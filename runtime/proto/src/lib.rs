@@ -10,6 +10,7 @@ pub mod exec;
 pub mod idset;
 pub mod limits;
 pub mod placement;
+pub mod secure;
 pub mod wire;
 
 /// A daemon rank in the DVM namespace; the controller is rank 0.

@@ -75,6 +75,9 @@ enum Command {
         #[arg(default_value = "TERM")]
         signal: String,
     },
+    /// Write a fresh random DVM key (mode 0600) to PATH, or where prte.conf's DVMKeyFile
+    /// says; never over an existing file.
+    Keygen { path: Option<std::path::PathBuf> },
     /// Wait until the DVM is formed (polling the controller, which may not be up yet).
     Wait {
         /// Give up after this many seconds (exit 1).
@@ -114,6 +117,30 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// `pctl keygen`: the key goes to PATH, else to `DVMKeyFile`; where it went.
+fn keygen(
+    path: Option<std::path::PathBuf>,
+    params: &Params,
+) -> Result<std::path::PathBuf, Failure> {
+    let path = match path {
+        Some(p) => p,
+        None => {
+            let s = dvmlab_host::conf_file::load(params).map_err(|d| Failure(2, d.to_string()))?;
+            s.key_file.map(|(p, _)| p).ok_or_else(|| {
+                Failure(
+                    2,
+                    format!(
+                        "keygen: no PATH given and {} sets no DVMKeyFile",
+                        s.conf_path.display()
+                    ),
+                )
+            })?
+        }
+    };
+    dvmlab_host::keyfile::generate(&path).map_err(|e| Failure(1, e))?;
+    Ok(path)
+}
+
 async fn connect(params: &Params, timeout: Duration) -> Result<Client, Failure> {
     let (settings, addr) = controller_addr(params).map_err(|d| Failure(3, d.to_string()))?;
     Client::connect(addr, &settings.namespace(), timeout)
@@ -132,6 +159,11 @@ async fn status(params: &Params, timeout: Duration) -> Result<StatusReport, Fail
 
 async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Failure> {
     match cmd {
+        Command::Keygen { path } => {
+            let p = keygen(path, &params)?;
+            dvmlab_host::outln!("wrote a new DVM key to {}", p.display());
+            Ok(())
+        }
         Command::Status { json } => {
             let s = status(&params, timeout).await?;
             if json {

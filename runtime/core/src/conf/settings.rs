@@ -34,6 +34,8 @@ pub const MCA_KEYS: &[(&str, &str)] = &[
     ("DVMNetworks", "prte_if_include"),
     ("KeepFQDNHostnames", "prte_keep_fqdn_hostnames"),
     ("DVMRadix", "rml_base_radix"),
+    // An extension (the bootstrap spec lets implementations ignore keys they do not know).
+    ("DVMKeyFile", "dvmlab_dvm_key_file"),
 ];
 
 /// Environment variable prefix of MCA parameters.
@@ -194,6 +196,9 @@ pub struct Settings {
     /// processes on its node, and after they exited (release waits for the epilog).
     pub job_prolog: Option<String>,
     pub job_epilog: Option<String>,
+    /// `DVMKeyFile` (an extension): the DVM key every link proves it holds; `None` runs the
+    /// DVM unauthenticated. With where it was set, for diagnostics.
+    pub key_file: Option<(PathBuf, Origin)>,
     /// Test-only identity overrides (see [`TEST_HOSTNAME_PARAM`], [`TEST_HOSTS_FILE_PARAM`]).
     pub test_hostname: Option<String>,
     pub test_hosts_file: Option<PathBuf>,
@@ -323,6 +328,10 @@ impl Settings {
                 .unwrap_or_else(|| params.temp_dir.clone()),
             session_tmp_dir: r.file("SessionTmpDir").map(|x| x.0),
             job_prolog: r.file("JobProlog").map(|x| x.0),
+            key_file: r
+                .mca("DVMKeyFile")
+                .filter(|(v, _)| !v.trim().is_empty())
+                .map(|(v, o)| (PathBuf::from(v.trim()), o)),
             job_epilog: r.file("JobEpilog").map(|x| x.0),
             controller_log_path: r.file("ControllerLogPath").map(|x| x.0),
             prted_log_path: r.file("PRTEDLogPath").map(|x| x.0),
