@@ -412,3 +412,41 @@ fn keep_fqdn_hostnames_in_prte_conf_beats_the_environment_and_loses_to_the_comma
         "command line beats prte.conf: {err}"
     );
 }
+
+#[test]
+fn a_dvm_key_file_others_could_read_stops_the_daemon_before_it_listens() {
+    let Some(b) = backend("key file", Needs::AnyBackend) else {
+        return;
+    };
+    let hosts: Vec<String> = ["ctl"].map(String::from).to_vec();
+    let dir = std::env::temp_dir().join(format!("dvmlab-keytest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("dvm.key");
+    let conf = PrteConf::new()
+        .set("DVMNodes", "ctl")
+        .set("DVMControllerHost", "ctl")
+        .set("DVMKeyFile", key.display());
+    let dvm = Dvm::with_spec("keyfile", b, IpMode::V4, &hosts, &conf, |s| {
+        s.mounts.push(dir.clone())
+    });
+    let out = std::process::Command::new(PCTL)
+        .args(["keygen"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let (code, _, err) = run_prted(&dvm, "ctl");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("mode 0640") && err.contains("chmod 600") && err.contains("dvm.key"),
+        "{err}"
+    );
+}

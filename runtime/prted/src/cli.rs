@@ -84,6 +84,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The key is checked before anything listens: a key file anyone could read is a
+    // configuration error, not a reason to run in the open.
+    if let Some((path, _)) = &prepared.settings.key_file {
+        if let Err(e) = dvmlab_host::keyfile::load(path) {
+            eprintln!("prted: {e}");
+            return ExitCode::from(1);
+        }
+    }
     if cli.show_identity {
         let r = prepared.report();
         if cli.json {

@@ -143,6 +143,17 @@ struct Ctx {
 /// Runs the daemon until the DVM stops or a signal ends it.
 pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Result<()> {
     let s = &p.settings;
+    match &s.key_file {
+        Some((path, _)) => {
+            warn!(
+                "DVMKeyFile {} is a valid key, but this build does not yet authenticate or encrypt links: the DVM is UNAUTHENTICATED",
+                path.display()
+            );
+        }
+        None => warn!(
+            "no DVMKeyFile: the DVM is UNAUTHENTICATED (anyone who reaches DVMPort can join, run jobs or stop it)"
+        ),
+    }
     let own = SocketAddr::new(p.own.addr, s.port);
     let listener = listen(own).map_err(|e| {
         std::io::Error::new(e.kind(), format!("cannot listen on {own} (DVMPort): {e}"))
