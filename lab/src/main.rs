@@ -449,34 +449,29 @@ fn up(
     keeper::spawn_keeper(plan, hold, &bin, backend)?;
     bar.set_message("waiting for the daemons to join");
     let argv = ["pctl", "status", "--json"].map(String::from);
-    loop {
-        let last;
-        match keeper::output(CONTROLLER, &argv) {
-            Ok((0, out, _)) => match serde_json::from_str::<serde_json::Value>(&out) {
-                Ok(s) => {
-                    let joined = s["joined"].as_u64().unwrap_or(0) as usize;
-                    bar.set_position(joined as u64);
-                    if joined >= expect {
-                        break;
-                    }
-                    last = format!("{joined} of {expect} daemons joined");
-                }
-                Err(e) => last = format!("status is not JSON: {e}"),
-            },
-            Ok((_, _, err)) => last = err.trim().to_string(),
-            Err(e) => last = e,
+    let joined = dvmlab_harness::wait_until(timeout, Duration::from_millis(100), || {
+        let (code, out, err) = keeper::output(CONTROLLER, &argv)?;
+        if code != 0 {
+            return Err(err.trim().to_string());
         }
-        if t.elapsed() > timeout {
-            bar.finish_and_clear();
-            return Err(Failure(
-                1,
-                format!(
-                    "the DVM did not form within {timeout:?}: {last} (see `lab logs {CONTROLLER}`; \
-                     `lab down` removes the lab)"
-                ),
-            ));
+        let s: serde_json::Value =
+            serde_json::from_str(&out).map_err(|e| format!("status is not JSON: {e}"))?;
+        let joined = s["joined"].as_u64().unwrap_or(0) as usize;
+        bar.set_position(joined as u64);
+        if joined >= expect {
+            Ok(())
+        } else {
+            Err(format!("{joined} of {expect} daemons joined"))
         }
-        std::thread::sleep(Duration::from_millis(100));
+    });
+    if let Err(e) = joined {
+        bar.finish_and_clear();
+        return Err(Failure(
+            1,
+            format!(
+                "the DVM did not form: {e} (see `lab logs {CONTROLLER}`; `lab down` removes the lab)"
+            ),
+        ));
     }
     bar.finish_and_clear();
     let about = keeper::ask(serde_json::json!({"op": "about"}))?;

@@ -250,7 +250,6 @@ fn a_tool_whose_socket_takes_no_bytes_for_the_stall_time_is_dropped_and_its_job_
     let script = r#"
 import time
 s = connect()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
 hello(s, 2, 1)
 send(s, {"t": "tool", "req": "submit", "job": {"argv": ["sh", "-c", "head -c 8000000 /dev/zero; echo; exec sleep 60"],
   "env": [], "cwd": None, "nprocs": 1, "map_by": "node", "hosts": None, "time_limit_ms": None, "userid": 0}})
@@ -285,5 +284,41 @@ print("slept")
     assert_eq!(out.lines().count(), 3, "{out}");
     let _ = tool.kill();
     let _ = tool.wait();
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_tool_sending_stdin_past_its_window_fails_only_its_own_job() {
+    let Some((mut dvm, hosts)) = Dvm::formed("wire-stdin", Needs::Netns, 3, 2) else {
+        return;
+    };
+    // Sends 1 MiB of stdin at once, ignoring the 256 KiB window, to a process that does not
+    // read yet: the daemon's queue for it overruns and the job fails with a fatal exception.
+    let script = r#"
+import base64
+s = connect()
+hello(s, 2, 1)
+send(s, {"t": "tool", "req": "submit", "job": {"argv": ["sh", "-c", "sleep 2; cat >/dev/null"],
+  "env": [], "cwd": None, "nprocs": 1, "map_by": "node", "hosts": None, "time_limit_ms": None,
+  "userid": 0, "stdin": True}})
+r = recv(s)
+assert r["reply"] == "submitted", r
+chunk = base64.b64encode(bytes(65536)).decode()
+for _ in range(16):
+    send(s, {"t": "tool", "req": "stdin", "id": r["id"], "data": chunk, "eof": False})
+while True:
+    r = recv(s)
+    if r["reply"] == "job_ended":
+        print(r["exception"])
+        break
+"#;
+    let (ok, out, err) = run_client(&dvm, "n01", script);
+    assert!(ok, "{out}\n{err}\n{}", dvm.cluster.logs_tail(20));
+    assert!(out.contains("stdin overrun"), "{out}");
+    let s = dvm.status().unwrap();
+    assert!(s.formed, "{s:?}");
+    let (code, out, err) = prun(&dvm, &["hostname"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
     dvm.stop_cleanly(&hosts);
 }

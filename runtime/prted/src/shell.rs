@@ -129,6 +129,10 @@ impl Runner {
         };
         let len = data.len();
         if queued.load(Ordering::Relaxed) + len > MAX_STDIN_QUEUE {
+            // One failure, then the feed is gone: what else the tool sends is dropped.
+            if let Ok(mut m) = self.stdins.lock() {
+                m.remove(&id);
+            }
             let events = self.events.clone();
             tokio::spawn(async move {
                 let note = format!(

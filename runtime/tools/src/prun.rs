@@ -116,11 +116,23 @@ fn write_all(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     w.flush()
 }
 
+/// Whether stdin is a terminal this process does not own (prun started with `&`): reading it
+/// would stop prun with SIGTTIN, so the job gets an empty stdin instead.
+fn stdin_is_someone_elses_terminal() -> bool {
+    let stdin = std::io::stdin();
+    nix::unistd::isatty(&stdin).unwrap_or(false)
+        && nix::unistd::tcgetpgrp(&stdin).is_ok_and(|fg| fg != nix::unistd::getpgrp())
+}
+
 /// Reads this process's stdin in a thread of its own, a chunk at a time; an empty chunk is
 /// the end (or a read error, which ends it as well).
 fn read_stdin(tx: tokio::sync::mpsc::Sender<Vec<u8>>) {
     std::thread::spawn(move || {
         use std::io::Read;
+        if stdin_is_someone_elses_terminal() {
+            let _ = tx.blocking_send(Vec::new());
+            return;
+        }
         let mut stdin = std::io::stdin().lock();
         loop {
             let mut buf = vec![0u8; MAX_OUTPUT_CHUNK];
