@@ -26,6 +26,12 @@ pub struct Daemon {
     /// Where each host's configuration file is read from.
     #[serde(default = "default_conf_path")]
     pub conf_path: String,
+    /// Environment for the daemon and every command the suite runs on a host. `{key}` is a
+    /// file the suite makes fresh for each cluster (64 random hexadecimal digits, mode 0600,
+    /// the same on every host), for an implementation that authenticates its links with a
+    /// shared key; `{host}`, `{hosts_file}` and `{conf}` as in `[process_backend]`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 fn default_conf_path() -> String {

@@ -158,6 +158,12 @@ impl<'a> Dvm<'a> {
         spec.ip = ctx.ip_mode();
         spec.conf = conf.render();
         spec.conf_file = p.daemon.conf_path.trim_start_matches("/etc/").to_string();
+        spec.env = p
+            .daemon
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         if spec.backend == BackendKind::Process {
             let Some(pb) = &p.process_backend else {
                 return Err(Problem::Unsupported(format!(

@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use crate::addr::{self, Block, BlockKind};
 use crate::docker::{DockerPlan, DockerWorld};
 use crate::netns::NetnsWorld;
-use crate::process::{expand, DEFAULT_IDENTITY_ENV};
+use crate::process::{expand, Placeholders, DEFAULT_IDENTITY_ENV};
 use crate::{gc, wait_until, PREFIX};
 
 /// Which backend hosts run on.
@@ -71,7 +71,8 @@ pub struct ClusterSpec {
     pub conf_file: String,
     /// The daemon command line, identical on every host.
     pub daemon: Vec<String>,
-    /// Extra environment for every process started on a host.
+    /// Extra environment for every process started on a host; `{key}` in a value is the
+    /// path of [`ClusterSpec::key_file`] as the host sees it.
     pub env: Vec<(String, String)>,
     /// Process backend: the identity environment (see [`DEFAULT_IDENTITY_ENV`]).
     pub identity_env: Vec<(String, String)>,
@@ -90,6 +91,10 @@ pub struct ClusterSpec {
     /// path (the directories of the daemon command's absolute paths, the current directory,
     /// `/usr` and the run directory are always there).
     pub mounts: Vec<PathBuf>,
+    /// A file (relative to `/etc`, default `dvm.key`) holding a secret made fresh for this
+    /// cluster: 64 random hexadecimal digits, mode 0600, the same on every host (the DVM
+    /// key). `None`: no such file.
+    pub key_file: Option<String>,
 }
 
 impl ClusterSpec {
@@ -112,6 +117,7 @@ impl ClusterSpec {
             dual_homed: false,
             domain: None,
             mounts: Vec::new(),
+            key_file: Some("dvm.key".to_string()),
         }
     }
 }
@@ -404,14 +410,37 @@ impl Cluster {
 
     fn write_files(&self) -> std::io::Result<()> {
         fs::write(self.dir.join("hosts"), self.hosts_text())?;
+        let key: String = rand::random::<[u8; 32]>()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         for h in &self.hosts {
             let etc = self.etc_dir(&h.name);
             fs::create_dir_all(&etc)?;
             fs::create_dir_all(self.tmp_dir(&h.name))?;
             fs::write(etc.join("hosts"), self.hosts_text())?;
             self.set_host_conf(&h.name, &self.spec.conf)?;
+            if let Some(k) = &self.spec.key_file {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(etc.join(k))?
+                    .write_all(format!("{key}\n").as_bytes())?;
+            }
         }
         Ok(())
+    }
+
+    /// Where this host's key file ([`ClusterSpec::key_file`]) is, as the host sees it.
+    pub fn key_path(&self, host: &str) -> Option<PathBuf> {
+        let k = self.spec.key_file.as_ref()?;
+        Some(match self.spec.backend {
+            BackendKind::Netns | BackendKind::Docker => Path::new("/etc").join(k),
+            BackendKind::Process => self.etc_dir(host).join(k),
+        })
     }
 
     /// The directory whose files appear in the host's `/etc` (netns) or are passed to it
@@ -486,7 +515,16 @@ impl Cluster {
         }
         // Every host has a /tmp of its own, as real hosts do.
         cmd.env("TMPDIR", self.tmp_dir(host));
-        cmd.envs(self.spec.env.iter().map(|(k, v)| (k, v)));
+        let hosts_file = self.dir.join("hosts");
+        let conf = self.conf_path(host);
+        let key = self.key_path(host).unwrap_or_default();
+        let places = Placeholders {
+            host: &h.name,
+            hosts_file: &hosts_file.to_string_lossy(),
+            conf: &conf.to_string_lossy(),
+            key: &key.to_string_lossy(),
+        };
+        cmd.envs(self.spec.env.iter().map(|(k, v)| (k, expand(v, &places))));
         match self.world.as_ref() {
             Some(World::Netns(w)) => w
                 .enter(&mut cmd, h.index, &h.name, &self.etc_dir(&h.name))
@@ -497,18 +535,8 @@ impl Cluster {
                     .map_err(|e| format!("entering host {host}: {e}"))?
             }
             Some(World::Process { .. }) => {
-                let hosts_file = self.dir.join("hosts");
-                let conf = self.conf_path(host);
                 for (k, v) in &self.spec.identity_env {
-                    cmd.env(
-                        k,
-                        expand(
-                            v,
-                            &h.name,
-                            &hosts_file.to_string_lossy(),
-                            &conf.to_string_lossy(),
-                        ),
-                    );
+                    cmd.env(k, expand(v, &places));
                 }
             }
             None => return Err("cluster already torn down".into()),

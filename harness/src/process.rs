@@ -14,10 +14,20 @@ pub const DEFAULT_IDENTITY_ENV: &[(&str, &str)] = &[
     ("PRTE_MCA_dvmlab_test_hosts_file", "{hosts_file}"),
 ];
 
-/// Fills the placeholders of an identity-environment template.
-pub fn expand(template: &str, host: &str, hosts_file: &str, conf: &str) -> String {
+/// What the placeholders of a host's environment templates stand for.
+pub struct Placeholders<'a> {
+    pub host: &'a str,
+    pub hosts_file: &'a str,
+    pub conf: &'a str,
+    pub key: &'a str,
+}
+
+/// Fills the placeholders (`{host}`, `{hosts_file}`, `{conf}`, `{key}`) of an environment
+/// template.
+pub fn expand(template: &str, p: &Placeholders) -> String {
     template
-        .replace("{host}", host)
-        .replace("{hosts_file}", hosts_file)
-        .replace("{conf}", conf)
+        .replace("{host}", p.host)
+        .replace("{hosts_file}", p.hosts_file)
+        .replace("{conf}", p.conf)
+        .replace("{key}", p.key)
 }

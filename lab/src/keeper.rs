@@ -199,7 +199,11 @@ pub fn keep(
     );
     spec.backend = backend;
     spec.ip = IpMode::Dual;
-    spec.env = vec![("DVMLAB_LOG".into(), "info".into())];
+    spec.env = vec![
+        ("DVMLAB_LOG".into(), "info".into()),
+        // The DVM key the harness makes for the cluster: links and tools authenticated.
+        ("PRTE_MCA_dvmlab_dvm_key_file".into(), "{key}".into()),
+    ];
     let mut cluster = Cluster::new(spec)?;
     let subnet = cluster
         .subnet(false, plan.ip == IpVersion::V6)

@@ -191,6 +191,8 @@ fn up(
     spec.backend = backend;
     spec.ip = if ip == 6 { IpMode::V6 } else { IpMode::V4 };
     spec.conf = conf.render();
+    // The DVM key the harness makes for the cluster: links and tools authenticated.
+    spec.env = vec![("PRTE_MCA_dvmlab_dvm_key_file".into(), "{key}".into())];
     println!(
         "starting {} daemons ({backend:?} backend, radix {radix}, IPv{ip}); run dir below",
         hosts.len()

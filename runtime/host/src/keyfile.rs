@@ -12,10 +12,13 @@ use dvmlab_proto::secure::{DvmKey, KEY_LEN};
 const MAX_KEY_FILE: u64 = 1024;
 
 /// Reads the key at `path`, refusing a file that is not a regular file, that this user does
-/// not own, or that group or others may read or write. Errors name the file and the fix.
+/// not own, or that group or others may read or write. As ssh does, the checks are made on
+/// the file actually opened (a link is followed), so nothing can swap it in between. Errors
+/// name the file and the fix.
 pub fn load(path: &Path) -> Result<DvmKey, String> {
     let p = path.display();
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("DVM key file {p}: {e}"))?;
+    let f = std::fs::File::open(path).map_err(|e| format!("DVM key file {p}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("DVM key file {p}: {e}"))?;
     if !meta.file_type().is_file() {
         return Err(format!("DVM key file {p}: not a regular file"));
     }
@@ -33,8 +36,8 @@ pub fn load(path: &Path) -> Result<DvmKey, String> {
         ));
     }
     let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_KEY_FILE).read_to_string(&mut text))
+    f.take(MAX_KEY_FILE)
+        .read_to_string(&mut text)
         .map_err(|e| format!("DVM key file {p}: {e}"))?;
     DvmKey::parse(&text).map_err(|e| format!("DVM key file {p}: {e}"))
 }
@@ -100,9 +103,13 @@ mod tests {
         std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&k, "not a key\n").unwrap();
         assert!(load(&k).unwrap_err().contains("64 hexadecimal digits"));
+        assert!(load(&d).unwrap_err().contains("not a regular file"));
+        // A link is judged by the file it leads to, as ssh judges its keys.
         let link = d.join("link.key");
         std::os::unix::fs::symlink(&k, &link).unwrap();
-        assert!(load(&link).unwrap_err().contains("not a regular file"));
+        assert!(load(&link).unwrap_err().contains("64 hexadecimal digits"));
+        std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(load(&link).unwrap_err().contains("mode 0640"));
         assert!(load(&d.join("missing")).unwrap_err().contains("missing"));
         if nix::unistd::geteuid().is_root() {
             generate(&d.join("theirs.key")).unwrap();

@@ -60,6 +60,10 @@ pub struct StatusReport {
     /// reducing, one per child per job and event, not one per rank.
     #[serde(default)]
     pub job_messages: Option<crate::exec::Counters>,
+    /// Whether every link and tool connection proves it holds the DVM key and is encrypted
+    /// (`DVMKeyFile`). False: anyone who reaches `DVMPort` can join, run jobs or stop the DVM.
+    #[serde(default)]
+    pub authenticated: bool,
 }
 
 /// One answer of `pctl ping --json` (a JSON line per pinged rank).

@@ -12,7 +12,10 @@
 //! On the wire, handshake messages and records alike are a 2-byte big-endian length and that
 //! many bytes (a Noise message is at most 65 535 bytes).
 
-use snow::{HandshakeState, TransportState};
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, BytesMut};
+use snow::{HandshakeState, StatelessTransportState};
 
 /// The Noise protocol name: what both sides must agree on byte for byte.
 pub const PATTERN: &str = "Noise_NNpsk0_25519_ChaChaPoly_BLAKE2s";
@@ -140,10 +143,15 @@ impl Handshake {
     }
 }
 
-/// Splits length-prefixed messages off the front of a byte stream.
+/// Largest handshake message either side accepts: an `NNpsk0` message is an ephemeral key
+/// and a tag (48 bytes), so anything much longer is not a handshake.
+pub const MAX_HANDSHAKE_MESSAGE: usize = 256;
+
+/// Splits length-prefixed messages off the front of a byte stream. It holds at most one
+/// partial message once every complete one has been taken.
 #[derive(Default)]
 pub struct Deframer {
-    buf: Vec<u8>,
+    buf: BytesMut,
 }
 
 impl Deframer {
@@ -152,25 +160,24 @@ impl Deframer {
         self.buf.extend_from_slice(bytes);
     }
 
-    /// The next complete message, if one has arrived. Never holds more than one message
-    /// plus what was pushed beyond it.
-    pub fn next_message(&mut self) -> Option<Vec<u8>> {
+    /// The next complete message, if one has arrived.
+    pub fn next_message(&mut self) -> Option<BytesMut> {
         let len = u16::from_be_bytes([*self.buf.first()?, *self.buf.get(1)?]) as usize;
         if self.buf.len() < 2 + len {
             return None;
         }
-        let msg = self.buf[2..2 + len].to_vec();
-        self.buf.drain(..2 + len);
-        Some(msg)
+        self.buf.advance(2);
+        Some(self.buf.split_to(len))
     }
 }
 
 /// An established channel: seals what this side sends, opens what the other side sent.
 /// Records are numbered implicitly, so a record dropped, repeated or reordered by anyone in
-/// between fails to open, and the connection must end.
+/// between fails to open, and the connection must end. It splits into a [`Sealer`] and an
+/// [`Opener`] so a connection's writer and reader each own their direction.
 pub struct Channel {
-    transport: TransportState,
-    incoming: Deframer,
+    sealer: Sealer,
+    opener: Opener,
 }
 
 impl std::fmt::Debug for Channel {
@@ -181,38 +188,85 @@ impl std::fmt::Debug for Channel {
 
 impl Channel {
     fn new(state: HandshakeState) -> Result<Channel, String> {
-        Ok(Channel {
-            transport: state
-                .into_transport_mode()
+        let transport = Arc::new(
+            state
+                .into_stateless_transport_mode()
                 .map_err(|e| format!("noise: {e}"))?,
-            incoming: Deframer::default(),
+        );
+        Ok(Channel {
+            sealer: Sealer {
+                transport: transport.clone(),
+                nonce: 0,
+            },
+            opener: Opener {
+                transport,
+                nonce: 0,
+                incoming: Deframer::default(),
+            },
         })
     }
 
     /// Appends `plain`, sealed in records, to `out`.
     pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        let mut buf = vec![0u8; MAX_MESSAGE];
+        self.sealer.seal(plain, out)
+    }
+
+    /// See [`Opener::open`].
+    pub fn open(&mut self, bytes: &[u8], plain: &mut Vec<u8>) -> Result<(), String> {
+        self.opener.open(bytes, plain)
+    }
+
+    /// The two directions, for a writer and a reader that run apart.
+    pub fn split(self) -> (Sealer, Opener) {
+        (self.sealer, self.opener)
+    }
+}
+
+/// The sending direction of a [`Channel`]: the next record's number is this side's count
+/// of records sent.
+pub struct Sealer {
+    transport: Arc<StatelessTransportState>,
+    nonce: u64,
+}
+
+impl Sealer {
+    /// Appends `plain`, sealed in records of at most [`MAX_RECORD_PLAIN`] bytes, to `out`.
+    pub fn seal(&mut self, plain: &[u8], out: &mut impl BufMut) -> Result<(), String> {
+        let mut buf = [0u8; MAX_MESSAGE];
         for piece in plain.chunks(MAX_RECORD_PLAIN) {
             let n = self
                 .transport
-                .write_message(piece, &mut buf)
+                .write_message(self.nonce, piece, &mut buf)
                 .map_err(|e| format!("sealing a record: {e}"))?;
-            framed(&buf[..n], out);
+            self.nonce += 1;
+            out.put_u16(n as u16);
+            out.put_slice(&buf[..n]);
         }
         Ok(())
     }
+}
 
+/// The receiving direction of a [`Channel`].
+pub struct Opener {
+    transport: Arc<StatelessTransportState>,
+    nonce: u64,
+    incoming: Deframer,
+}
+
+impl Opener {
     /// Takes received bytes and appends the plaintext of every record they complete to
-    /// `plain`. An error means a record did not authenticate: the connection must end.
-    pub fn open(&mut self, bytes: &[u8], plain: &mut Vec<u8>) -> Result<(), String> {
+    /// `plain`; holds at most one partial record. An error means a record did not
+    /// authenticate: the connection must end.
+    pub fn open(&mut self, bytes: &[u8], plain: &mut impl BufMut) -> Result<(), String> {
         self.incoming.push(bytes);
-        let mut buf = vec![0u8; MAX_MESSAGE];
+        let mut buf = [0u8; MAX_MESSAGE];
         while let Some(rec) = self.incoming.next_message() {
             let n = self
                 .transport
-                .read_message(&rec, &mut buf)
+                .read_message(self.nonce, &rec, &mut buf)
                 .map_err(|_| "a record did not authenticate (tampered, replayed or reordered)")?;
-            plain.extend_from_slice(&buf[..n]);
+            self.nonce += 1;
+            plain.put_slice(&buf[..n]);
         }
         Ok(())
     }

@@ -86,12 +86,16 @@ pub fn main() -> ExitCode {
     };
     // The key is checked before anything listens: a key file anyone could read is a
     // configuration error, not a reason to run in the open.
-    if let Some((path, _)) = &prepared.settings.key_file {
-        if let Err(e) = dvmlab_host::keyfile::load(path) {
-            eprintln!("prted: {e}");
-            return ExitCode::from(1);
-        }
-    }
+    let key = match &prepared.settings.key_file {
+        None => None,
+        Some((path, _)) => match dvmlab_host::keyfile::load(path) {
+            Ok(k) => Some(k),
+            Err(e) => {
+                eprintln!("prted: {e}");
+                return ExitCode::from(1);
+            }
+        },
+    };
     if cli.show_identity {
         let r = prepared.report();
         if cli.json {
@@ -144,7 +148,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    match rt.block_on(crate::run(prepared, reaper, slot)) {
+    match rt.block_on(crate::run(prepared, key, reaper, slot)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("prted: {e}");

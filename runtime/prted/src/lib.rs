@@ -19,12 +19,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -37,9 +37,11 @@ use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::Rank;
 use dvmlab_core::uplink::Policy;
 use dvmlab_host::bootstrap::Prepared;
+use dvmlab_proto::codec::{initiate, respond};
 use dvmlab_proto::limits::{
     EVENT_QUEUE, MAX_CONNECTIONS, MAX_LINK_QUEUE, MAX_PENDING_HANDSHAKES, OUTPUT_LOW_WATER,
 };
+use dvmlab_proto::secure::{DvmKey, Sealer};
 use dvmlab_proto::wire::{encode_frame, Frame, FrameCodec, Hello, Peer};
 
 pub use logging::init as init_logging;
@@ -138,18 +140,25 @@ struct Ctx {
     refused: AtomicU64,
     /// Signalled when a writer's queue drains below [`OUTPUT_LOW_WATER`].
     drained: Arc<Notify>,
+    /// The DVM key: with it, every connection proves it holds the key and is sealed before
+    /// any frame is read. Without it, links are in the clear (the spec's bootstrap DVM).
+    key: Option<DvmKey>,
 }
 
 /// Runs the daemon until the DVM stops or a signal ends it.
-pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Result<()> {
+/// `key` is the DVM key from `DVMKeyFile`, already loaded and checked.
+pub async fn run(
+    p: Prepared,
+    key: Option<DvmKey>,
+    reaper: Reaper,
+    slot: BarrierSlot,
+) -> std::io::Result<()> {
     let s = &p.settings;
     match &s.key_file {
-        Some((path, _)) => {
-            warn!(
-                "DVMKeyFile {} is a valid key, but this build does not yet authenticate or encrypt links: the DVM is UNAUTHENTICATED",
-                path.display()
-            );
-        }
+        Some((path, _)) => info!(
+            "DVM key {}: every link and tool proves it holds the key, and all traffic is encrypted",
+            path.display()
+        ),
         None => warn!(
             "no DVMKeyFile: the DVM is UNAUTHENTICATED (anyone who reaches DVMPort can join, run jobs or stop it)"
         ),
@@ -210,6 +219,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
             .unwrap_or(0),
         controller_uri: p.controller_uri().to_string(),
         uri: uri.to_string(),
+        authenticated: key.is_some(),
     };
     let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
     let ctx = Arc::new(Ctx {
@@ -224,6 +234,7 @@ pub async fn run(p: Prepared, reaper: Reaper, slot: BarrierSlot) -> std::io::Res
         connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
         refused: AtomicU64::new(0),
         drained: Arc::new(Notify::new()),
+        key,
     });
     let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
     let addrs: HashMap<Rank, SocketAddr> = p
@@ -496,14 +507,16 @@ async fn register(
     ctx: &Ctx,
     link: LinkId,
     mut write: tokio::net::tcp::OwnedWriteHalf,
+    mut sealer: Option<Sealer>,
     peer: String,
 ) -> CancellationToken {
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let queued = Arc::new(AtomicUsize::new(0));
     let (events, left, drained) = (ctx.events.clone(), queued.clone(), ctx.drained.clone());
     let writer = tokio::spawn(async move {
-        // Frames queued together go out in one write.
+        // Frames queued together go out in one write (sealed together, with a key).
         let mut batch = BytesMut::new();
+        let mut records = BytesMut::new();
         while let Some(first) = rx.recv().await {
             batch.extend_from_slice(&first);
             while batch.len() < 256 << 10 {
@@ -512,7 +525,19 @@ async fn register(
                     Err(_) => break,
                 }
             }
-            let failed = match tokio::time::timeout(WRITE_STALL, write.write_all(&batch)).await {
+            let out = match &mut sealer {
+                None => &batch,
+                Some(s) => {
+                    records.clear();
+                    if let Err(e) = s.seal(&batch, &mut records) {
+                        warn!("{peer}: {e}; dropping the link");
+                        let _ = events.send(net(overlay::Input::Closed { link })).await;
+                        return;
+                    }
+                    &records
+                }
+            };
+            let failed = match tokio::time::timeout(WRITE_STALL, write.write_all(out)).await {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(format!("write failed: {e}")),
                 Err(_) => Some(format!("no write went through for {WRITE_STALL:?}")),
@@ -569,17 +594,40 @@ async fn until_acknowledged(w: &tokio::net::tcp::OwnedWriteHalf) {
     }
 }
 
+/// The key handshake (with a key) and the hello of a connection from below or from a tool,
+/// together within the hello window; then its frames until it closes.
 async fn serve_inbound(
     ctx: Arc<Ctx>,
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     handshake: OwnedSemaphorePermit,
     _connection: OwnedSemaphorePermit,
 ) {
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
-    let mut frames = FramedRead::new(read, FrameCodec::default());
-    let hello = match tokio::time::timeout(ctx.handshake, frames.next()).await {
+    let window = tokio::time::Instant::now() + ctx.handshake;
+    let channel = match &ctx.key {
+        None => None,
+        Some(key) => match tokio::time::timeout_at(window, respond(&mut stream, key)).await {
+            Ok(Ok(c)) => Some(c),
+            Ok(Err(e)) => return warn!("{peer}: refused before any frame: {e}"),
+            Err(_) => {
+                return warn!(
+                    "{peer}: refused: no key handshake within {:?}",
+                    ctx.handshake
+                )
+            }
+        },
+    };
+    let (mut sealer, opener) = match channel {
+        Some(c) => {
+            let (s, o) = c.split();
+            (Some(s), Some(o))
+        }
+        None => (None, None),
+    };
+    let (read, mut write) = stream.into_split();
+    let mut frames = FramedRead::new(read, FrameCodec::reading(opener));
+    let hello = match tokio::time::timeout_at(window, frames.next()).await {
         Ok(Some(Ok(Frame::Hello(h)))) => h,
         Ok(Some(Ok(_))) => return warn!("{peer}: first frame was not a hello; dropped"),
         Ok(Some(Err(e))) => return warn!("{peer}: {e}; dropped"),
@@ -589,13 +637,14 @@ async fn serve_inbound(
     drop(handshake);
     if let Some(reason) = hello.mismatch(&ctx.nspace) {
         warn!("{peer}: refused: {reason}");
-        let mut sink = FramedWrite::new(write, FrameCodec::default());
-        let _ = sink.send(Frame::Refuse { reason }).await;
+        if let Ok(bytes) = wire_bytes(&Frame::Refuse { reason }, sealer.as_mut()) {
+            let _ = write.write_all(&bytes).await;
+        }
         return;
     }
     frames.decoder_mut().accepted();
     let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
-    let reading = register(&ctx, link, write, peer.to_string()).await;
+    let reading = register(&ctx, link, write, sealer, peer.to_string()).await;
     let _ = ctx
         .events
         .send(net(overlay::Input::Hello {
@@ -607,6 +656,19 @@ async fn serve_inbound(
         }))
         .await;
     read_frames(&ctx, link, frames, reading, &peer.to_string()).await;
+}
+
+/// One frame's bytes on the wire: sealed with `sealer`, or in the clear without one.
+fn wire_bytes(frame: &Frame, sealer: Option<&mut Sealer>) -> Result<BytesMut, String> {
+    let plain = encode_frame(frame)?;
+    match sealer {
+        None => Ok(BytesMut::from(&plain[..])),
+        Some(s) => {
+            let mut out = BytesMut::with_capacity(plain.len() + 64);
+            s.seal(&plain, &mut out)?;
+            Ok(out)
+        }
+    }
 }
 
 /// Turns a connection's frames into inputs until it closes, sends garbage, or the core
@@ -650,22 +712,15 @@ async fn read_frames(
 async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
     tokio::time::sleep(delay).await;
     match try_connect(&ctx, addr).await {
-        Ok((stream, frames)) => {
+        Ok((stream, sealer, frames)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
             let what = format!("rank {rank} at {addr}");
-            let reading = register(&ctx, link, stream, what).await;
+            let reading = register(&ctx, link, stream, sealer, what.clone()).await;
             let _ = ctx
                 .events
                 .send(net(overlay::Input::UplinkUp { link, rank }))
                 .await;
-            read_frames(
-                &ctx,
-                link,
-                frames,
-                reading,
-                &format!("rank {rank} at {addr}"),
-            )
-            .await;
+            read_frames(&ctx, link, frames, reading, &what).await;
         }
         Err(reason) => {
             let _ = ctx
@@ -678,25 +733,43 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
 
 type Halves = (
     tokio::net::tcp::OwnedWriteHalf,
+    Option<Sealer>,
     FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
 );
 
+/// Connects to an ancestor: the key handshake (with a key), then the hello, both within the
+/// hello window.
 async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| format!("connect to {addr} timed out"))?
         .map_err(|e| format!("connect to {addr}: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (read, write) = stream.into_split();
-    let mut sink = FramedWrite::new(write, FrameCodec::default());
-    sink.send(Frame::Hello(Hello::new(&ctx.nspace, ctx.me.clone())))
+    let window = tokio::time::Instant::now() + ctx.handshake;
+    let (sealer, opener) = match &ctx.key {
+        None => (None, None),
+        Some(key) => {
+            let c = tokio::time::timeout_at(window, initiate(&mut stream, key))
+                .await
+                .map_err(|_| format!("{addr}: no key handshake within {:?}", ctx.handshake))?
+                .map_err(|e| format!("{addr}: {e}"))?;
+            let (s, o) = c.split();
+            (Some(s), Some(o))
+        }
+    };
+    let (read, mut write) = stream.into_split();
+    let mut sealer = sealer;
+    let hello = Frame::Hello(Hello::new(&ctx.nspace, ctx.me.clone()));
+    let bytes = wire_bytes(&hello, sealer.as_mut())?;
+    write
+        .write_all(&bytes)
         .await
         .map_err(|e| format!("hello to {addr}: {e}"))?;
-    let mut frames = FramedRead::new(read, FrameCodec::default());
-    match tokio::time::timeout(ctx.handshake, frames.next()).await {
+    let mut frames = FramedRead::new(read, FrameCodec::reading(opener));
+    match tokio::time::timeout_at(window, frames.next()).await {
         Ok(Some(Ok(Frame::Welcome { .. }))) => {
             frames.decoder_mut().accepted();
-            Ok((sink.into_inner(), frames))
+            Ok((write, sealer, frames))
         }
         Ok(Some(Ok(Frame::Refuse { reason }))) => Err(format!("{addr} refused: {reason}")),
         Ok(Some(Ok(other))) => Err(format!("{addr} answered hello with {other:?}")),

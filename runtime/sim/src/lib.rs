@@ -139,6 +139,7 @@ impl Sim {
                 incarnation: 0,
                 controller_uri: "sim".into(),
                 uri: format!("sim.{r};tcp://10.0.0.{}:7817:16", r % 250),
+                authenticated: true,
             })
             .collect();
         Sim {

@@ -122,6 +122,9 @@ impl Dvm {
         spec.backend = backend;
         spec.ip = ip;
         spec.conf = conf.render();
+        // Every test DVM has a key, as the harness makes one per cluster.
+        spec.env
+            .push(("PRTE_MCA_dvmlab_dvm_key_file".into(), "{key}".into()));
         tweak(&mut spec);
         let cluster = Cluster::new(spec).unwrap_or_else(|e| panic!("cluster {label}: {e}"));
         Dvm {

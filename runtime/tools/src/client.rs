@@ -7,7 +7,22 @@ use futures::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
+use dvmlab_core::conf::settings::Params;
+use dvmlab_proto::codec::initiate;
+use dvmlab_proto::secure::DvmKey;
 use dvmlab_proto::wire::{Frame, FrameCodec, Hello, Peer, ToolReply, ToolRequest};
+
+/// Connects to the controller `prte.conf` (with `params`) names, proving this user holds the
+/// DVM key when `DVMKeyFile` is set.
+pub async fn connect_to_dvm(params: &Params, timeout: Duration) -> Result<Client, String> {
+    let (settings, addr) =
+        dvmlab_host::bootstrap::controller_addr(params).map_err(|d| d.to_string())?;
+    let key = match &settings.key_file {
+        None => None,
+        Some((path, _)) => Some(dvmlab_host::keyfile::load(path)?),
+    };
+    Client::connect(addr, &settings.namespace(), key.as_ref(), timeout).await
+}
 
 /// A connection to the controller.
 pub struct Client {
@@ -16,18 +31,32 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the controller at `addr` and introduces itself as a tool of `nspace`.
+    /// Connects to the controller at `addr` and introduces itself as a tool of `nspace`,
+    /// after proving it holds `key` (the DVM's key, when it has one).
     pub async fn connect(
         addr: SocketAddr,
         nspace: &str,
+        key: Option<&DvmKey>,
         timeout: Duration,
     ) -> Result<Client, String> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| format!("controller at {addr} did not answer within {timeout:?}"))?
             .map_err(|e| format!("cannot reach the controller at {addr}: {e}"))?;
+        let codec = match key {
+            None => FrameCodec::default(),
+            Some(k) => {
+                let channel = tokio::time::timeout(timeout, initiate(&mut stream, k))
+                    .await
+                    .map_err(|_| {
+                        format!("controller at {addr}: no key handshake within {timeout:?}")
+                    })?
+                    .map_err(|e| format!("controller at {addr}: {e}"))?;
+                FrameCodec::sealed(channel)
+            }
+        };
         let mut c = Client {
-            framed: Framed::new(stream, FrameCodec::default()),
+            framed: Framed::new(stream, codec),
             addr,
         };
         c.framed

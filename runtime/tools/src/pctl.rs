@@ -5,10 +5,9 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::client::{connect_to_dvm, Client};
 use clap::{Parser, Subcommand};
 use dvmlab_core::conf::Params;
-use dvmlab_host::bootstrap::controller_addr;
 use dvmlab_proto::contract::{JobReport, MemberState, PingReport, ProcPlace, StatusReport};
 use dvmlab_proto::wire::{JobSummary, ToolReply, ToolRequest};
 
@@ -142,8 +141,7 @@ fn keygen(
 }
 
 async fn connect(params: &Params, timeout: Duration) -> Result<Client, Failure> {
-    let (settings, addr) = controller_addr(params).map_err(|d| Failure(3, d.to_string()))?;
-    Client::connect(addr, &settings.namespace(), timeout)
+    connect_to_dvm(params, timeout)
         .await
         .map_err(|e| Failure(3, e))
 }
@@ -324,6 +322,13 @@ fn print_table(s: &StatusReport) {
         s.radix
     );
     dvmlab_host::outln!("controller {} {}", s.controller_host, s.controller_uri);
+    if s.authenticated {
+        dvmlab_host::outln!("links      authenticated and encrypted with the DVM key");
+    } else {
+        dvmlab_host::outln!(
+            "links      UNAUTHENTICATED: no DVMKeyFile, anyone who reaches DVMPort can join, run jobs or stop the DVM"
+        );
+    }
     let w = s
         .members
         .iter()

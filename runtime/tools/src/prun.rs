@@ -5,9 +5,8 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::client::Client;
+use crate::client::connect_to_dvm;
 use clap::{Parser, ValueEnum};
-use dvmlab_host::bootstrap::controller_addr;
 use dvmlab_proto::limits::{MAX_OUTPUT_CHUNK, STDIN_WINDOW};
 use dvmlab_proto::placement::MapBy;
 use dvmlab_proto::wire::{Stream, Submit, ToolReply, ToolRequest};
@@ -184,10 +183,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
     }
     let timeout = Duration::from_secs_f64(cli.timeout);
     let params = dvmlab_host::conf_file::tool_params(&cli.prtemca, cli.conf.as_deref());
-    let (settings, addr) = controller_addr(&params).map_err(|d| (3, d.to_string()))?;
-    let mut c = Client::connect(addr, &settings.namespace(), timeout)
-        .await
-        .map_err(|e| (3, e))?;
+    let mut c = connect_to_dvm(&params, timeout).await.map_err(|e| (3, e))?;
     let job = Submit {
         argv: cli.command.clone(),
         env,

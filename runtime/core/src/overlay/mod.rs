@@ -54,6 +54,9 @@ pub struct NodeConfig {
     pub controller_uri: String,
     /// This daemon's own contact URI.
     pub uri: String,
+    /// Whether the shell authenticates and encrypts every connection with the DVM key (it
+    /// shows in the status; the core itself never sees a byte of the channel).
+    pub authenticated: bool,
 }
 
 /// Something that happened.
@@ -572,6 +575,7 @@ impl Node {
             formed_at_unix_ms: None,
             members,
             job_messages: None,
+            authenticated: self.cfg.authenticated,
         }
     }
 
@@ -629,6 +633,7 @@ mod tests {
             incarnation: 0,
             controller_uri: "t".into(),
             uri: "t.0".into(),
+            authenticated: false,
         })
     }
 
