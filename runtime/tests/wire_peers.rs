@@ -1,6 +1,8 @@
 //! End to end, on netns hosts: peers that speak another protocol version, and a peer that
 //! never reads, against a real controller. The peers are small Python clients run inside a
 //! host's namespace, written from the wire format in `runtime/README.md`, not from our code.
+//! These DVMs have no key, so frames travel in the clear, as the bootstrap spec has them
+//! (the same peers with the key's channel are in `security.rs`).
 
 mod common;
 
@@ -64,7 +66,7 @@ fn run_client(dvm: &Dvm, host: &str, script: &str) -> (bool, String, String) {
 
 #[test]
 fn peers_of_an_older_or_newer_protocol_version_are_answered_in_the_newest_both_speak() {
-    let Some((mut dvm, hosts)) = Dvm::formed("wire-versions", Needs::Netns, 3, 2) else {
+    let Some((mut dvm, hosts)) = Dvm::formed_keyless("wire-versions", Needs::Netns, 3, 2) else {
         return;
     };
     let script = r#"
@@ -93,12 +95,22 @@ print("v5-9 refused")
     let (ok, out, err) = run_client(&dvm, "n01", script);
     assert!(ok, "{out}\n{err}\n{}", dvm.cluster.logs_tail(20));
     assert_eq!(out, "v1 ok\nv9 ok\nv5-9 refused\n");
+    // Without a key the DVM forms as the spec has it, and says loudly that it is open.
+    assert!(!dvm.status().unwrap().authenticated);
+    for h in &hosts {
+        assert!(
+            dvm.cluster.log(h).contains("the DVM is UNAUTHENTICATED"),
+            "{h}"
+        );
+    }
+    let (_, table, _) = dvm.pctl(&["status"]);
+    assert!(table.contains("links      UNAUTHENTICATED"), "{table}");
     dvm.stop_cleanly(&hosts);
 }
 
 #[test]
 fn a_tool_that_never_reads_its_replies_is_dropped_and_the_dvm_serves_others_meanwhile() {
-    let Some((mut dvm, hosts)) = Dvm::formed("wire-noread", Needs::Netns, 3, 2) else {
+    let Some((mut dvm, hosts)) = Dvm::formed_keyless("wire-noread", Needs::Netns, 3, 2) else {
         return;
     };
     // Asks for the status over and over and never reads an answer: its replies pile up in
@@ -145,7 +157,7 @@ sys.exit(1)
 
 #[test]
 fn connections_past_the_limit_are_closed_at_once_and_the_dvm_works_once_they_go() {
-    let Some((mut dvm, hosts)) = Dvm::formed("wire-flood", Needs::Netns, 2, 2) else {
+    let Some((mut dvm, hosts)) = Dvm::formed_keyless("wire-flood", Needs::Netns, 2, 2) else {
         return;
     };
     // 4200 tools that say hello and then sit idle: the controller holds 4096 connections at
@@ -190,7 +202,7 @@ print(len(held), closed)
 
 #[test]
 fn connections_that_never_say_hello_are_dropped_and_a_restarted_daemon_rejoins_meanwhile() {
-    let Some((mut dvm, hosts)) = Dvm::formed("wire-idle", Needs::Netns, 3, 2) else {
+    let Some((mut dvm, hosts)) = Dvm::formed_keyless("wire-idle", Needs::Netns, 3, 2) else {
         return;
     };
     // 150 connections that never say hello: at most 64 wait in their hello at once, each
@@ -241,7 +253,7 @@ time.sleep(15)
 
 #[test]
 fn a_tool_whose_socket_takes_no_bytes_for_the_stall_time_is_dropped_and_its_job_runs_on() {
-    let Some((mut dvm, hosts)) = Dvm::formed("wire-stall", Needs::Netns, 3, 2) else {
+    let Some((mut dvm, hosts)) = Dvm::formed_keyless("wire-stall", Needs::Netns, 3, 2) else {
         return;
     };
     // Submits a job writing 8 MB (less than a link's queue limit, more than the socket
@@ -289,7 +301,7 @@ print("slept")
 
 #[test]
 fn a_tool_sending_stdin_past_its_window_fails_only_its_own_job() {
-    let Some((mut dvm, hosts)) = Dvm::formed("wire-stdin", Needs::Netns, 3, 2) else {
+    let Some((mut dvm, hosts)) = Dvm::formed_keyless("wire-stdin", Needs::Netns, 3, 2) else {
         return;
     };
     // Sends 1 MiB of stdin at once, ignoring the 256 KiB window, to a process that does not

@@ -609,10 +609,10 @@ async fn serve_inbound(
         None => None,
         Some(key) => match tokio::time::timeout_at(window, respond(&mut stream, key)).await {
             Ok(Ok(c)) => Some(c),
-            Ok(Err(e)) => return warn!("{peer}: refused before any frame: {e}"),
+            Ok(Err(e)) => return warn!("{peer}: refused before any frame: {e}; dropped"),
             Err(_) => {
                 return warn!(
-                    "{peer}: refused: no key handshake within {:?}",
+                    "{peer}: refused before any frame: no key handshake within {:?}; dropped",
                     ctx.handshake
                 )
             }

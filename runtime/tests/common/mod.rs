@@ -47,6 +47,9 @@ pub fn node_names(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("n{i:02}")).collect()
 }
 
+/// The MCA parameter naming the DVM key file, as environment.
+pub const KEY_ENV: &str = "PRTE_MCA_dvmlab_dvm_key_file";
+
 /// `n` nodes `n01…` and the host list `ctl, n01, …`.
 pub fn ctl_and_nodes(n: usize) -> (Vec<String>, Vec<String>) {
     let nodes = node_names(n);
@@ -90,10 +93,34 @@ impl Dvm {
     /// A formed DVM of `ctl` and `n` nodes at `radix` over IPv4 (all started together), with
     /// its host list; `None` after saying loudly why `test` skips.
     pub fn formed(test: &str, needs: Needs, n: usize, radix: u32) -> Option<(Dvm, Vec<String>)> {
+        Dvm::formed_with(test, needs, n, radix, |_| {})
+    }
+
+    /// As [`Dvm::formed`], with no DVM key: links in the clear, as the bootstrap spec has
+    /// them.
+    pub fn formed_keyless(
+        test: &str,
+        needs: Needs,
+        n: usize,
+        radix: u32,
+    ) -> Option<(Dvm, Vec<String>)> {
+        Dvm::formed_with(test, needs, n, radix, |s| {
+            s.key_file = None;
+            s.env.retain(|(k, _)| k != KEY_ENV);
+        })
+    }
+
+    fn formed_with(
+        test: &str,
+        needs: Needs,
+        n: usize,
+        radix: u32,
+        tweak: impl FnOnce(&mut ClusterSpec),
+    ) -> Option<(Dvm, Vec<String>)> {
         let b = backend(test, needs)?;
         let (_, hosts) = ctl_and_nodes(n);
         let conf = conf_for(n).set("DVMRadix", radix);
-        let mut dvm = Dvm::new(test, b, IpMode::V4, &hosts, &conf);
+        let mut dvm = Dvm::with_spec(test, b, IpMode::V4, &hosts, &conf, tweak);
         dvm.cluster.start_all().unwrap();
         dvm.wait_formed(Duration::from_secs(10));
         Some((dvm, hosts))

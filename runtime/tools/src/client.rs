@@ -63,7 +63,14 @@ impl Client {
             .send(Frame::Hello(Hello::new(nspace, Peer::Tool)))
             .await
             .map_err(|e| format!("{addr}: {e}"))?;
-        match c.next(timeout).await? {
+        let answer = c.next(timeout).await.map_err(|e| match key {
+            // A DVM with a key drops a tool that starts without the handshake.
+            None => format!(
+                "{e}: the DVM may require its key, and this tool has none (set DVMKeyFile in prte.conf, or the MCA parameter dvmlab_dvm_key_file)"
+            ),
+            Some(_) => e,
+        })?;
+        match answer {
             Frame::Welcome { .. } => {
                 c.framed.codec_mut().accepted();
                 Ok(c)
