@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability lab lab-bins lab-image lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability lab lab-bins lab-image lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -47,6 +47,24 @@ lint:
 bench:
 	cargo bench -p dvmlab-runtime --bench formation
 	cargo bench -p dvmlab-runtime --bench jobs
+
+## Every fuzz target (cargo-fuzz, nightly) for FUZZ_SECONDS each, from the checked-in corpus;
+## new inputs go to target/fuzz-corpus, a crash to runtime/fuzz/artifacts (keep it as a
+## regression: runtime/fuzz/regressions/TARGET/).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := frame_decoder handshake conf idset
+fuzz:
+	cd runtime/fuzz && for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz target $$t ($(FUZZ_SECONDS) s):" && mkdir -p ../../target/fuzz-corpus/$$t && \
+	  cargo +nightly fuzz run -O --target-dir ../../target/fuzz $$t ../../target/fuzz-corpus/$$t corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 | \
+	    grep -E 'stat::number_of_executed_units|Done|ERROR|panicked|SUMMARY|crash-|Test unit written'; \
+	  test $${PIPESTATUS[0]} -eq 0 || exit 1; \
+	done
+
+## What CI runs: each fuzz target for 15 seconds.
+fuzz-smoke:
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15
 
 ## Remove namespaces, run directories and locks left by crashed runs.
 gc: build
