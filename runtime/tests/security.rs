@@ -198,39 +198,91 @@ print("\n".join(out))
     dvm.stop_cleanly(&hosts);
 }
 
-#[test]
-fn a_tool_without_the_key_is_refused_with_a_clear_error_and_the_owners_tools_work_from_every_node()
-{
-    let Some((mut dvm, hosts)) = Dvm::formed("sec-tools", Needs::Netns, 3, 2) else {
-        return;
-    };
-    // Run from every node, the owner's tools (which have the key) work.
-    for h in &hosts {
-        let argv = [PCTL, "status", "--json"].map(String::from);
-        let (st, out, err) = dvm
-            .cluster
-            .exec_within(h, &argv, Duration::from_secs(30))
-            .unwrap();
-        assert!(st.is_some_and(|s| s.success()), "{h}: {err}");
-        assert!(out.contains("\"authenticated\":true"), "{h}: {out}");
-    }
-    // The same tool told of no key is dropped by the controller, and says why.
-    let argv = [
-        "env",
-        "-u",
-        KEY_ENV,
-        PCTL,
-        "status",
-        "--json",
-        "--timeout",
-        "5",
-    ]
-    .map(String::from);
+/// Runs `argv` on `host`; (exit code, stdout, stderr).
+fn on(dvm: &Dvm, host: &str, argv: &[&str]) -> (Option<i32>, String, String) {
+    let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
     let (st, out, err) = dvm
         .cluster
-        .exec_within("n01", &argv, Duration::from_secs(30))
-        .unwrap();
-    assert_eq!(st.and_then(|s| s.code()), Some(3), "{out}{err}");
+        .exec_within(host, &argv, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{argv:?} on {host}: {e}"));
+    (st.and_then(|s| s.code()), out, err)
+}
+
+#[test]
+fn the_owners_tools_work_from_every_node_through_its_daemon_and_another_users_are_refused() {
+    let Some(b) = backend("sec-tools", Needs::Netns) else {
+        return;
+    };
+    // The DVM's nodes, and one more host that is none of them.
+    let (_, hosts) = ctl_and_nodes(3);
+    let mut all = hosts.clone();
+    all.push("out".into());
+    let mut dvm = Dvm::new(
+        "sec-tools",
+        b,
+        dvmlab_harness::IpMode::V4,
+        &all,
+        &conf_for(3).set("DVMRadix", 2),
+    );
+    for h in &hosts {
+        dvm.cluster.start(h).unwrap();
+    }
+    dvm.wait_formed(Duration::from_secs(10));
+    for h in &hosts {
+        // Status, ping and a job with output and stdin, from every node: through that
+        // node's daemon (its tools socket), relayed up the tree to the controller.
+        let (code, out, err) = on(&dvm, h, &[PCTL, "status", "--json"]);
+        assert_eq!(code, Some(0), "{h}: {err}");
+        assert!(out.contains("\"authenticated\":true"), "{h}: {out}");
+        let (code, out, err) = on(&dvm, h, &[PCTL, "ping", "--all"]);
+        assert_eq!(code, Some(0), "{h}: {out}{err}");
+        let (code, out, err) = on(
+            &dvm,
+            h,
+            &["sh", "-c", &format!("echo fed-{h} | {PRUN} -n 1 cat")],
+        );
+        assert_eq!(
+            (code, out.as_str()),
+            (Some(0), format!("fed-{h}\n").as_str()),
+            "{h}: {err}"
+        );
+        // Another user of the same node is turned away by the daemon, with the reason.
+        let (code, out, err) = on(
+            &dvm,
+            h,
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                PCTL,
+                "status",
+            ],
+        );
+        assert_eq!(code, Some(3), "{h}: {out}{err}");
+        assert!(
+            err.contains("refused: uid 65534 may not use this DVM: it belongs to uid 0"),
+            "{h}: {err}"
+        );
+    }
+    for h in &hosts {
+        let log = dvm.cluster.log(h);
+        assert!(
+            log.contains("local tool of uid 65534") && log.contains("refused before any frame"),
+            "{h} logs the refusal:\n{log}"
+        );
+    }
+    // Off the DVM's nodes a tool talks to the controller over TCP, with the key.
+    let (code, out, err) = on(&dvm, "out", &[PCTL, "status", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"formed\":true"), "{out}");
+    // Told of no key, it is dropped, and says why.
+    let (code, out, err) = on(
+        &dvm,
+        "out",
+        &["env", "-u", KEY_ENV, PCTL, "status", "--timeout", "5"],
+    );
+    assert_eq!(code, Some(3), "{out}{err}");
     assert!(
         err.contains("the DVM may require its key, and this tool has none"),
         "{err}"
@@ -239,24 +291,33 @@ fn a_tool_without_the_key_is_refused_with_a_clear_error_and_the_owners_tools_wor
     let other = dvm.cluster.run_dir().join("other.key");
     let (ok, _, err) = dvm.pctl(&["keygen", &other.to_string_lossy()]);
     assert!(ok, "{err}");
-    let argv = [
-        "env".to_string(),
-        format!("{KEY_ENV}={}", other.display()),
-        PRUN.to_string(),
-        "/bin/true".to_string(),
-    ];
-    let (st, _, err) = dvm
-        .cluster
-        .exec_within(&dvm.ctl, &argv, Duration::from_secs(30))
-        .unwrap();
-    assert_eq!(st.and_then(|s| s.code()), Some(3), "{err}");
+    let (code, _, err) = on(
+        &dvm,
+        "out",
+        &[
+            "env",
+            &format!("{KEY_ENV}={}", other.display()),
+            PRUN,
+            "/bin/true",
+        ],
+    );
+    assert_eq!(code, Some(3), "{err}");
     assert!(err.contains("closed during the key handshake"), "{err}");
     assert!(
         dvm.cluster.log("ctl").contains("does not hold the DVM key"),
         "{}",
         dvm.cluster.log("ctl")
     );
-    dvm.stop_cleanly(&hosts);
+    // The DVM stops from a node other than the controller's.
+    let (code, out, err) = on(&dvm, "n03", &[PCTL, "stop"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    for h in &hosts {
+        let st = dvm
+            .cluster
+            .wait_exit(h, Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("{h}: {e}"));
+        assert!(st.success(), "{h}: {st}");
+    }
 }
 
 /// The resident set of `host`'s daemon, in KiB.

@@ -124,32 +124,11 @@ impl DaemonCore {
     /// Feeds one input at `now`; returns what to do.
     pub fn handle(&mut self, now: Now, input: Input) -> Vec<Output> {
         let first = match input {
-            Input::Net(overlay::Input::Tool {
-                link,
-                req: ToolRequest::Status,
-            }) if self.node.is_tool(link) => {
-                let reply = ToolReply::Status(self.status());
-                self.out.push(Output::Net(Io::Send {
-                    link,
-                    frame: Frame::ToolReply(reply),
-                }));
-                None
-            }
-            Input::Net(i) => {
-                if let overlay::Input::Closed { link } = &i {
-                    if self.mgr.is_some() {
-                        let gone = jobs::Input::ToolGone { link: *link };
-                        self.run(now, VecDeque::from([Work::Mgr(gone)]));
-                    }
-                }
-                Some(Work::Node(i))
-            }
-            Input::Shell(i) => Some(Work::Exec(i)),
-            Input::JobLimit(id) => Some(Work::Mgr(jobs::Input::TimeLimit(id))),
+            Input::Net(i) => Work::Node(i),
+            Input::Shell(i) => Work::Exec(i),
+            Input::JobLimit(id) => Work::Mgr(jobs::Input::TimeLimit(id)),
         };
-        if let Some(w) = first {
-            self.run(now, VecDeque::from([w]));
-        }
+        self.run(now, VecDeque::from([first]));
         std::mem::take(&mut self.out)
     }
 
@@ -204,6 +183,13 @@ impl DaemonCore {
             },
             overlay::Output::Exec(i) => return work.push_back(Work::Exec(i)),
             overlay::Output::JobTool { link, req } => return self.job_tool(link, req, work),
+            overlay::Output::StatusFor { link } => {
+                let reply = ToolReply::Status(self.status());
+                return work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
+            }
+            overlay::Output::ToolGone { link } => {
+                return work.push_back(Work::Mgr(jobs::Input::ToolGone { link }))
+            }
         };
         self.out.push(out);
     }
@@ -213,10 +199,7 @@ impl DaemonCore {
             let reply = ToolReply::Error {
                 message: "jobs are submitted to the controller".into(),
             };
-            return self.out.push(Output::Net(Io::Send {
-                link,
-                frame: Frame::ToolReply(reply),
-            }));
+            return work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
         }
         let input = match req {
             ToolRequest::Submit { job } => jobs::Input::Submit { link, job },
@@ -262,10 +245,9 @@ impl DaemonCore {
     fn mgr_output(&mut self, o: jobs::Output, work: &mut VecDeque<Work>) {
         let out = match o {
             jobs::Output::Exec(i) => return work.push_back(Work::Exec(i)),
-            jobs::Output::Reply { link, reply } => Output::Net(Io::Send {
-                link,
-                frame: Frame::ToolReply(reply),
-            }),
+            jobs::Output::Reply { link, reply } => {
+                return work.push_back(Work::Node(overlay::Input::Reply { link, reply }))
+            }
             jobs::Output::SetTimer { id, delay } => Output::SetTimer {
                 timer: Timer::JobLimit(id),
                 delay,

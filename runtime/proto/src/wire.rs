@@ -24,7 +24,8 @@ pub const MAGIC: &str = "dvmlab";
 pub const MIN_VERSION: u32 = 1;
 /// The newest protocol version this build speaks. Version 2: job output as bytes, compact
 /// placements, streamed job lists, version ranges and capability bits in the hello.
-pub const VERSION: u32 = 2;
+/// Version 3: tools on any daemon, their requests relayed through the tree.
+pub const VERSION: u32 = 3;
 /// Capability bits this build has (none are defined yet; a peer ignores bits it does not
 /// know, and each side uses a capability only when both have it).
 pub const CAPS: u64 = 0;
@@ -88,7 +89,8 @@ pub mod base64_bytes {
 pub enum Peer {
     /// A daemon of the DVM phoning home to its parent (or a healed-to ancestor).
     Daemon { rank: Rank, host: String },
-    /// A tool such as `pctl`, talking to the controller.
+    /// A tool such as `pctl`, talking to the daemon of its node (which relays its requests
+    /// to the controller) or to the controller.
     Tool,
 }
 
@@ -124,7 +126,7 @@ pub struct RankEpoch {
 }
 
 /// Traffic between daemons.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum DaemonMsg {
     /// Upward: these ranks are now reachable through the sending link.
@@ -162,11 +164,35 @@ pub enum DaemonMsg {
 }
 
 /// Payloads of routed messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Body {
-    Ping { id: u64, path: Vec<Rank> },
-    Pong { id: u64, path: Vec<Rank> },
+    Ping {
+        id: u64,
+        path: Vec<Rank>,
+    },
+    Pong {
+        id: u64,
+        path: Vec<Rank>,
+    },
+    /// To the controller: a request of tool `tool` (the relaying daemon's own number for
+    /// it) connected to the daemon `src`.
+    ToolUp {
+        tool: u64,
+        req: ToolRequest,
+    },
+    /// From the controller: a reply for tool `tool` of the daemon `dst`.
+    ToolDown {
+        tool: u64,
+        reply: ToolReply,
+    },
+    /// To the controller: tool `tool` of the daemon `src` has gone.
+    ToolGone {
+        tool: u64,
+    },
+    /// A payload this build does not know (from a newer peer); dropped.
+    #[serde(other)]
+    Unknown,
 }
 
 /// A job as `prun` submits it.

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use tokio::io::AsyncWriteExt;
+use std::os::fd::{AsRawFd, RawFd};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
@@ -143,6 +145,8 @@ struct Ctx {
     /// The DVM key: with it, every connection proves it holds the key and is sealed before
     /// any frame is read. Without it, links are in the clear (the spec's bootstrap DVM).
     key: Option<DvmKey>,
+    /// The DVM owner: this daemon's user. Only its tools, and root's, get in locally.
+    owner: u32,
 }
 
 /// Runs the daemon until the DVM stops or a signal ends it.
@@ -235,8 +239,17 @@ pub async fn run(
         refused: AtomicU64::new(0),
         drained: Arc::new(Notify::new()),
         key,
+        owner: nix::unistd::geteuid().as_raw(),
     });
     let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
+    let tool_socket = s.tool_socket(&p.identity.host, p.identity.rank);
+    let local = listen_local(&tool_socket).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot serve tools at {}: {e}", tool_socket.display()),
+        )
+    })?;
+    let accept_local = tokio::spawn(local_accept_loop(local, ctx.clone()));
     let addrs: HashMap<Rank, SocketAddr> = p
         .ancestors
         .iter()
@@ -351,6 +364,7 @@ pub async fn run(
     }
     runner.kill_all();
     accept.abort();
+    accept_local.abort();
     drop(links);
     for w in writers {
         let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
@@ -483,14 +497,9 @@ async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
         };
         match listener.accept().await {
             Ok((stream, peer)) => {
-                let Ok(conn) = ctx.connections.clone().try_acquire_owned() else {
-                    let n = ctx.refused.fetch_add(1, Ordering::Relaxed) + 1;
-                    if n.is_power_of_two() {
-                        warn!("{peer}: {MAX_CONNECTIONS} connections already open; closed ({n} so far)");
-                    }
-                    continue;
-                };
-                tokio::spawn(serve_inbound(ctx.clone(), stream, peer, handshake, conn));
+                if let Some(conn) = admit(&ctx, &peer) {
+                    tokio::spawn(serve_inbound(ctx.clone(), stream, peer, handshake, conn));
+                }
             }
             Err(e) => {
                 warn!("accept failed: {e}");
@@ -500,16 +509,111 @@ async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
     }
 }
 
+/// A permit for one more connection, or `None` (the connection is then closed at once)
+/// when [`MAX_CONNECTIONS`] are open.
+fn admit(ctx: &Ctx, peer: &dyn std::fmt::Display) -> Option<OwnedSemaphorePermit> {
+    let conn = ctx.connections.clone().try_acquire_owned().ok();
+    if conn.is_none() {
+        let n = ctx.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_power_of_two() {
+            warn!("{peer}: {MAX_CONNECTIONS} connections already open; closed ({n} so far)");
+        }
+    }
+    conn
+}
+
+/// The tools socket: any local user may connect (its owner check is on the peer's
+/// credentials, so a refused tool hears why); a stale one from a crashed daemon goes.
+fn listen_local(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_file(path);
+    let l = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(l)
+}
+
+/// Accepts the tools of this node, within the same limits as [`accept_loop`].
+async fn local_accept_loop(listener: tokio::net::UnixListener, ctx: Arc<Ctx>) {
+    let handshakes = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
+    loop {
+        let Ok(handshake) = handshakes.clone().acquire_owned().await else {
+            return;
+        };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                if let Some(conn) = admit(&ctx, &"a local tool") {
+                    tokio::spawn(serve_local(ctx.clone(), stream, handshake, conn));
+                }
+            }
+            Err(e) => {
+                warn!("accept on the tools socket failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// A tool of this node: its user is checked before a byte of it is read (the DVM owner's
+/// uid, or root); then its hello, as on any connection, but only as a tool.
+async fn serve_local(
+    ctx: Arc<Ctx>,
+    mut stream: tokio::net::UnixStream,
+    handshake: OwnedSemaphorePermit,
+    _connection: OwnedSemaphorePermit,
+) {
+    let window = tokio::time::Instant::now() + ctx.handshake;
+    let cred = match stream.peer_cred() {
+        Ok(c) => c,
+        Err(e) => return warn!("a local tool: cannot learn its user ({e}); dropped"),
+    };
+    let uid = cred.uid();
+    let peer = match cred.pid() {
+        Some(pid) => format!("local tool of uid {uid} (pid {pid})"),
+        None => format!("local tool of uid {uid}"),
+    };
+    if uid != ctx.owner && uid != 0 {
+        warn!(
+            "{peer}: refused before any frame: only the DVM owner (uid {}) and root may use this daemon's tools",
+            ctx.owner
+        );
+        let reason = format!(
+            "uid {uid} may not use this DVM: it belongs to uid {}",
+            ctx.owner
+        );
+        if let Ok(bytes) = wire_bytes(&Frame::Refuse { reason }, None) {
+            let _ = tokio::time::timeout_at(window, stream.write_all(&bytes)).await;
+        }
+        return;
+    }
+    let fd = stream.as_raw_fd();
+    let (read, write) = stream.into_split();
+    let frames = FramedRead::new(read, FrameCodec::default());
+    let local = Connection {
+        frames,
+        write,
+        fd,
+        sealer: None,
+        window,
+        peer,
+        tools_only: true,
+    };
+    serve_hello(&ctx, local, handshake).await;
+}
+
 /// Starts the writer task of a connection and hands its queue to the core's task; returns the
 /// token that stops the connection's reader. A write that fails is reported to the core at
 /// once (as the link's close), so it drops the link without waiting for heartbeats.
-async fn register(
+async fn register<W>(
     ctx: &Ctx,
     link: LinkId,
-    mut write: tokio::net::tcp::OwnedWriteHalf,
+    mut write: W,
+    fd: RawFd,
     mut sealer: Option<Sealer>,
     peer: String,
-) -> CancellationToken {
+) -> CancellationToken
+where
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     let queued = Arc::new(AtomicUsize::new(0));
     let (events, left, drained) = (ctx.events.clone(), queued.clone(), ctx.drained.clone());
@@ -554,7 +658,8 @@ async fn register(
             batch.clear();
         }
         let _ = write.shutdown().await;
-        until_acknowledged(&write).await;
+        until_acknowledged(fd).await;
+        drop(write);
     });
     let reading = CancellationToken::new();
     let handle = LinkHandle {
@@ -578,13 +683,14 @@ async fn register(
 /// exits with unread data in a socket makes the kernel answer with a reset, which discards
 /// what is still unacknowledged: on a lossy link, the last frame of an exiting daemon (its
 /// stop confirmation) would be lost.
-async fn until_acknowledged(w: &tokio::net::tcp::OwnedWriteHalf) {
-    use std::os::fd::AsRawFd;
-    let fd = w.as_ref().as_raw_fd();
+///
+/// `fd` is the connection's socket, open while its write half lives.
+async fn until_acknowledged(fd: RawFd) {
     let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
     loop {
         let mut unacked: nix::libc::c_int = 0;
-        // SAFETY: TIOCOUTQ writes one int through the pointer; `fd` is open while `w` lives.
+        // SAFETY: TIOCOUTQ writes one int through the pointer; `fd` is open while the
+        // write half (owned by the caller) lives.
         let r = unsafe { nix::libc::ioctl(fd, nix::libc::TIOCOUTQ, &mut unacked) };
         // The kernel has no event for "all acknowledged": poll it.
         if r != 0 || unacked == 0 || tokio::time::Instant::now() >= give_up {
@@ -618,15 +724,58 @@ async fn serve_inbound(
             }
         },
     };
-    let (mut sealer, opener) = match channel {
+    let (sealer, opener) = match channel {
         Some(c) => {
             let (s, o) = c.split();
             (Some(s), Some(o))
         }
         None => (None, None),
     };
-    let (read, mut write) = stream.into_split();
-    let mut frames = FramedRead::new(read, FrameCodec::reading(opener));
+    let fd = stream.as_raw_fd();
+    let (read, write) = stream.into_split();
+    let conn = Connection {
+        frames: FramedRead::new(read, FrameCodec::reading(opener)),
+        write,
+        fd,
+        sealer,
+        window,
+        peer: peer.to_string(),
+        tools_only: false,
+    };
+    serve_hello(&ctx, conn, handshake).await;
+}
+
+/// A connection past its key handshake (if any), before its hello.
+struct Connection<R, W> {
+    frames: FramedRead<R, FrameCodec>,
+    write: W,
+    /// The socket, for [`until_acknowledged`].
+    fd: RawFd,
+    sealer: Option<Sealer>,
+    /// When the hello must have arrived.
+    window: tokio::time::Instant,
+    /// Who it is, for the log.
+    peer: String,
+    /// The local tools socket: only tools say hello there.
+    tools_only: bool,
+}
+
+/// Reads the hello within the window, refuses one that does not fit, and feeds the core
+/// the connection's frames until it closes.
+async fn serve_hello<R, W>(ctx: &Ctx, c: Connection<R, W>, handshake: OwnedSemaphorePermit)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let Connection {
+        mut frames,
+        mut write,
+        fd,
+        mut sealer,
+        window,
+        peer,
+        tools_only,
+    } = c;
     let hello = match tokio::time::timeout_at(window, frames.next()).await {
         Ok(Some(Ok(Frame::Hello(h)))) => h,
         Ok(Some(Ok(_))) => return warn!("{peer}: first frame was not a hello; dropped"),
@@ -635,7 +784,14 @@ async fn serve_inbound(
         Err(_) => return warn!("{peer}: no hello within {:?}; dropped", ctx.handshake),
     };
     drop(handshake);
-    if let Some(reason) = hello.mismatch(&ctx.nspace) {
+    let refusal = match hello.mismatch(&ctx.nspace) {
+        Some(reason) => Some(reason),
+        None if tools_only && hello.peer != Peer::Tool => {
+            Some("only tools connect to a daemon's tools socket".to_string())
+        }
+        None => None,
+    };
+    if let Some(reason) = refusal {
         warn!("{peer}: refused: {reason}");
         if let Ok(bytes) = wire_bytes(&Frame::Refuse { reason }, sealer.as_mut()) {
             let _ = write.write_all(&bytes).await;
@@ -644,7 +800,7 @@ async fn serve_inbound(
     }
     frames.decoder_mut().accepted();
     let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
-    let reading = register(&ctx, link, write, sealer, peer.to_string()).await;
+    let reading = register(ctx, link, write, fd, sealer, peer.clone()).await;
     let _ = ctx
         .events
         .send(net(overlay::Input::Hello {
@@ -655,7 +811,7 @@ async fn serve_inbound(
             peer: hello.peer,
         }))
         .await;
-    read_frames(&ctx, link, frames, reading, &peer.to_string()).await;
+    read_frames(ctx, link, frames, reading, &peer).await;
 }
 
 /// One frame's bytes on the wire: sealed with `sealer`, or in the clear without one.
@@ -673,10 +829,10 @@ fn wire_bytes(frame: &Frame, sealer: Option<&mut Sealer>) -> Result<BytesMut, St
 
 /// Turns a connection's frames into inputs until it closes, sends garbage, or the core
 /// closes it.
-async fn read_frames(
+async fn read_frames<R: AsyncRead + Unpin>(
     ctx: &Ctx,
     link: LinkId,
-    mut frames: FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+    mut frames: FramedRead<R, FrameCodec>,
     reading: CancellationToken,
     peer: &str,
 ) {
@@ -715,7 +871,8 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
         Ok((stream, sealer, frames)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
             let what = format!("rank {rank} at {addr}");
-            let reading = register(&ctx, link, stream, sealer, what.clone()).await;
+            let fd = stream.as_ref().as_raw_fd();
+            let reading = register(&ctx, link, stream, fd, sealer, what.clone()).await;
             let _ = ctx
                 .events
                 .send(net(overlay::Input::UplinkUp { link, rank }))

@@ -1,10 +1,14 @@
-//! The tool side of the wire: how `pctl` (or any tool) talks to the controller.
+//! The tool side of the wire: how `pctl` (or any tool) reaches the DVM. On a node of the
+//! DVM it talks to that node's daemon over its tools socket, which lets in only the DVM
+//! owner's user (and root) and relays requests to the controller; elsewhere it talks to the
+//! controller over TCP, proving it holds the DVM key.
 
-use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_util::codec::Framed;
 
 use dvmlab_core::conf::settings::Params;
@@ -12,9 +16,20 @@ use dvmlab_proto::codec::initiate;
 use dvmlab_proto::secure::DvmKey;
 use dvmlab_proto::wire::{Frame, FrameCodec, Hello, Peer, ToolReply, ToolRequest};
 
-/// Connects to the controller `prte.conf` (with `params`) names, proving this user holds the
-/// DVM key when `DVMKeyFile` is set.
+/// A byte stream to the DVM: a tools socket or TCP.
+trait Conn: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Conn for T {}
+
+/// Connects to the DVM `prte.conf` (with `params`) describes: through this node's daemon
+/// when this host is one of its nodes and its daemon is up, else to the controller over TCP
+/// (with the DVM key when `DVMKeyFile` is set).
 pub async fn connect_to_dvm(params: &Params, timeout: Duration) -> Result<Client, String> {
+    if let Ok(p) = dvmlab_host::bootstrap::Prepared::new(params) {
+        let socket = p.settings.tool_socket(&p.identity.host, p.identity.rank);
+        if socket.exists() {
+            return Client::connect_local(&socket, &p.identity.nspace, timeout).await;
+        }
+    }
     let (settings, addr) =
         dvmlab_host::bootstrap::controller_addr(params).map_err(|d| d.to_string())?;
     let key = match &settings.key_file {
@@ -24,72 +39,100 @@ pub async fn connect_to_dvm(params: &Params, timeout: Duration) -> Result<Client
     Client::connect(addr, &settings.namespace(), key.as_ref(), timeout).await
 }
 
-/// A connection to the controller.
+/// A connection to the DVM.
 pub struct Client {
-    framed: Framed<TcpStream, FrameCodec>,
-    addr: SocketAddr,
+    framed: Framed<Box<dyn Conn>, FrameCodec>,
+    /// Who answers, for messages ("the controller at …", "the daemon of this node at …").
+    peer: String,
 }
 
 impl Client {
+    /// Connects to this node's daemon over its tools socket at `path`.
+    pub async fn connect_local(
+        path: &Path,
+        nspace: &str,
+        timeout: Duration,
+    ) -> Result<Client, String> {
+        let peer = format!("the daemon of this node at {}", path.display());
+        let stream = tokio::time::timeout(timeout, UnixStream::connect(path))
+            .await
+            .map_err(|_| format!("{peer} did not answer within {timeout:?}"))?
+            .map_err(|e| format!("cannot reach {peer}: {e}"))?;
+        let c = Client {
+            framed: Framed::new(Box::new(stream), FrameCodec::default()),
+            peer,
+        };
+        c.hello(nspace, None, timeout).await
+    }
+
     /// Connects to the controller at `addr` and introduces itself as a tool of `nspace`,
     /// after proving it holds `key` (the DVM's key, when it has one).
     pub async fn connect(
-        addr: SocketAddr,
+        addr: std::net::SocketAddr,
         nspace: &str,
         key: Option<&DvmKey>,
         timeout: Duration,
     ) -> Result<Client, String> {
+        let peer = format!("the controller at {addr}");
         let mut stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| format!("controller at {addr} did not answer within {timeout:?}"))?
-            .map_err(|e| format!("cannot reach the controller at {addr}: {e}"))?;
+            .map_err(|_| format!("{peer} did not answer within {timeout:?}"))?
+            .map_err(|e| format!("cannot reach {peer}: {e}"))?;
         let codec = match key {
             None => FrameCodec::default(),
             Some(k) => {
                 let channel = tokio::time::timeout(timeout, initiate(&mut stream, k))
                     .await
-                    .map_err(|_| {
-                        format!("controller at {addr}: no key handshake within {timeout:?}")
-                    })?
-                    .map_err(|e| format!("controller at {addr}: {e}"))?;
+                    .map_err(|_| format!("{peer}: no key handshake within {timeout:?}"))?
+                    .map_err(|e| format!("{peer}: {e}"))?;
                 FrameCodec::sealed(channel)
             }
         };
-        let mut c = Client {
-            framed: Framed::new(stream, codec),
-            addr,
+        let c = Client {
+            framed: Framed::new(Box::new(stream), codec),
+            peer,
         };
-        c.framed
+        c.hello(nspace, Some(key.is_some()), timeout).await
+    }
+
+    /// Says hello and waits for the welcome. `keyed` tells, on TCP, whether the key was
+    /// used, to explain a connection dropped unanswered.
+    async fn hello(
+        mut self,
+        nspace: &str,
+        keyed: Option<bool>,
+        timeout: Duration,
+    ) -> Result<Client, String> {
+        // A refusing daemon may close before the hello is written; its refusal is still
+        // there to read.
+        let sent = self
+            .framed
             .send(Frame::Hello(Hello::new(nspace, Peer::Tool)))
-            .await
-            .map_err(|e| format!("{addr}: {e}"))?;
-        let answer = c.next(timeout).await.map_err(|e| match key {
+            .await;
+        let answer = self.next(timeout).await.map_err(|e| match (keyed, &sent) {
             // A DVM with a key drops a tool that starts without the handshake.
-            None => format!(
+            (Some(false), _) => format!(
                 "{e}: the DVM may require its key, and this tool has none (set DVMKeyFile in prte.conf, or the MCA parameter dvmlab_dvm_key_file)"
             ),
-            Some(_) => e,
+            (_, Err(s)) => format!("{e} (after the hello failed: {s})"),
+            _ => e,
         })?;
         match answer {
             Frame::Welcome { .. } => {
-                c.framed.codec_mut().accepted();
-                Ok(c)
+                self.framed.codec_mut().accepted();
+                Ok(self)
             }
-            Frame::Refuse { reason } => Err(format!("controller at {addr} refused: {reason}")),
-            other => Err(format!(
-                "controller at {addr} answered hello with {other:?}"
-            )),
+            Frame::Refuse { reason } => Err(format!("{} refused: {reason}", self.peer)),
+            other => Err(format!("{} answered hello with {other:?}", self.peer)),
         }
     }
 
     async fn next(&mut self, timeout: Duration) -> Result<Frame, String> {
-        let addr = self.addr;
+        let peer = &self.peer;
         match tokio::time::timeout(timeout, self.framed.next()).await {
-            Err(_) => Err(format!(
-                "no answer from the controller at {addr} within {timeout:?}"
-            )),
-            Ok(None) => Err(format!("the controller at {addr} closed the connection")),
-            Ok(Some(Err(e))) => Err(format!("{addr}: {e}")),
+            Err(_) => Err(format!("no answer from {peer} within {timeout:?}")),
+            Ok(None) => Err(format!("{peer} closed the connection")),
+            Ok(Some(Err(e))) => Err(format!("{peer}: {e}")),
             Ok(Some(Ok(f))) => Ok(f),
         }
     }
@@ -99,17 +142,17 @@ impl Client {
         self.framed
             .send(Frame::Tool(req))
             .await
-            .map_err(|e| format!("{}: {e}", self.addr))
+            .map_err(|e| format!("{}: {e}", self.peer))
     }
 
     /// The next reply, however long it takes.
     pub async fn recv(&mut self) -> Result<ToolReply, String> {
-        let addr = self.addr;
+        let peer = &self.peer;
         match self.framed.next().await {
-            None => Err(format!("the controller at {addr} closed the connection")),
-            Some(Err(e)) => Err(format!("{addr}: {e}")),
+            None => Err(format!("{peer} closed the connection")),
+            Some(Err(e)) => Err(format!("{peer}: {e}")),
             Some(Ok(Frame::ToolReply(r))) => Ok(r),
-            Some(Ok(other)) => Err(format!("unexpected answer from the controller: {other:?}")),
+            Some(Ok(other)) => Err(format!("unexpected answer from {peer}: {other:?}")),
         }
     }
 
@@ -117,7 +160,7 @@ impl Client {
     pub async fn reply_within(&mut self, timeout: Duration) -> Result<ToolReply, String> {
         match self.next(timeout).await? {
             Frame::ToolReply(r) => Ok(r),
-            other => Err(format!("unexpected answer from the controller: {other:?}")),
+            other => Err(format!("unexpected answer from {}: {other:?}", self.peer)),
         }
     }
 
@@ -130,10 +173,10 @@ impl Client {
         self.framed
             .send(Frame::Tool(req))
             .await
-            .map_err(|e| format!("{}: {e}", self.addr))?;
+            .map_err(|e| format!("{}: {e}", self.peer))?;
         match self.next(timeout).await? {
             Frame::ToolReply(r) => Ok(r),
-            other => Err(format!("unexpected answer from the controller: {other:?}")),
+            other => Err(format!("unexpected answer from {}: {other:?}", self.peer)),
         }
     }
 }

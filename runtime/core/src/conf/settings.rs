@@ -357,6 +357,12 @@ impl Settings {
                 .join(rank.to_string()),
         }
     }
+
+    /// Where the daemon of `rank` on `host` serves the tools of its node: a socket in its
+    /// session directory.
+    pub fn tool_socket(&self, host: &str, rank: u32) -> PathBuf {
+        self.session_dir(host, rank).join("tools.sock")
+    }
 }
 
 /// Expands `%h` (host), `%r` (rank), `%n` (namespace) and `%%` in a path template, so one

@@ -88,21 +88,13 @@ impl Node {
             caps: dvmlab_proto::wire::CAPS,
         };
         match peer {
-            Peer::Tool if self.is_controller() => {
+            Peer::Tool => {
                 self.tools.insert(link);
                 self.io(Io::Send {
                     link,
                     frame: welcome,
                 });
             }
-            Peer::Tool => self.refuse(
-                link,
-                format!(
-                    "rank {} is not the controller; tools talk to rank 0 on {}",
-                    self.me,
-                    self.roster.host(0)
-                ),
-            ),
             Peer::Daemon { rank, host } => {
                 let size = self.roster.len();
                 if rank == 0 || !self.roster.contains(rank) || rank == self.me {

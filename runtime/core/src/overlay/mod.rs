@@ -1,7 +1,8 @@
 //! The overlay service: one DVM member's part of the tree — its upward link and the daemons
 //! that joined below it (`links`), the routes to every rank beneath it and (on the
 //! controller) formation (`routes`), heartbeats (`liveness`), pings for tools (`ping`),
-//! and the orderly stop (`stop`). [`Node`] owns the state; each service is an `impl Node`
+//! tools on any node and their requests relayed to the controller (`tools`), and the
+//! orderly stop (`stop`). [`Node`] owns the state; each service is an `impl Node`
 //! of its own module.
 //!
 //! Sans-IO: [`crate::daemon_core::DaemonCore`] feeds [`Input`]s with the current monotonic
@@ -23,6 +24,10 @@ mod liveness;
 mod ping;
 mod routes;
 mod stop;
+mod tools;
+
+use tools::Relayed;
+pub use tools::RELAYED;
 
 /// A connection, numbered by the shell.
 pub type LinkId = u64;
@@ -35,6 +40,8 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 pub const ROUTE_TTL: u8 = 255;
 /// A link on which nothing arrived for this many heartbeat intervals is declared dead.
 pub const MISSED_HEARTBEATS: u32 = 3;
+/// Tools of other nodes the controller serves at once (see `tools.rs`).
+pub const MAX_RELAYED_TOOLS: usize = dvmlab_proto::limits::MAX_CONNECTIONS;
 
 /// Static facts the core needs: who it is and the DVM's shape.
 #[derive(Debug, Clone)]
@@ -92,6 +99,12 @@ pub enum Input {
         link: LinkId,
     },
     Timer(Timer),
+    /// Another core's reply to a tool (the job manager's, the daemon core's status): it goes
+    /// out on the tool's link, or down the tree to the daemon a relayed tool is on.
+    Reply {
+        link: LinkId,
+        reply: ToolReply,
+    },
 }
 
 /// Timers the core asks for.
@@ -140,6 +153,14 @@ pub enum Output {
     JobTool {
         link: LinkId,
         req: ToolRequest,
+    },
+    /// A tool asked for the status (the daemon core answers, with what only it knows).
+    StatusFor {
+        link: LinkId,
+    },
+    /// The controller: a tool has gone (its jobs' output has nowhere to go).
+    ToolGone {
+        link: LinkId,
     },
 }
 
@@ -241,7 +262,14 @@ pub struct Node {
     /// Incremented on every upward connection; sent with this daemon's reports.
     epoch: u64,
     children: BTreeMap<LinkId, Child>,
+    /// Tools that said hello to this daemon, and on the controller the relayed ones.
     tools: BTreeSet<LinkId>,
+    /// The controller: relayed tools by the link id it gave them, and the other way round.
+    relayed: HashMap<LinkId, Relayed>,
+    relayed_ids: BTreeMap<Relayed, LinkId>,
+    next_relayed: u64,
+    /// A daemon other than the controller: local tools that asked the DVM to stop.
+    stop_tools: BTreeSet<LinkId>,
     /// Rank → the child link it is reachable through, and how fresh that route is:
     /// `(via, epoch)` of the report it came from (see `Member::via`).
     routes: HashMap<Rank, (LinkId, (u64, u64))>,
@@ -270,6 +298,10 @@ impl Node {
             epoch: cfg.incarnation,
             children: BTreeMap::new(),
             tools: BTreeSet::new(),
+            relayed: HashMap::new(),
+            relayed_ids: BTreeMap::new(),
+            next_relayed: 1,
+            stop_tools: BTreeSet::new(),
             routes: HashMap::new(),
             below: HashMap::new(),
             last_heard: HashMap::new(),
@@ -327,6 +359,7 @@ impl Node {
             Input::Tool { link, req } => self.on_tool(now, link, req),
             Input::Closed { link } => self.on_closed(now, link),
             Input::Timer(t) => self.on_timer(now, t),
+            Input::Reply { link, reply } => self.reply(link, reply),
         }
         self.exec_topology();
         self.check();
@@ -374,13 +407,6 @@ impl Node {
         });
     }
 
-    fn reply(&mut self, tool: LinkId, reply: ToolReply) {
-        self.io(Io::Send {
-            link: tool,
-            frame: Frame::ToolReply(reply),
-        });
-    }
-
     fn on_start(&mut self, now: Duration) {
         self.note(Note::JobState { state: "RUNNING" });
         self.note(Note::ProcState {
@@ -418,7 +444,7 @@ impl Node {
                 dst,
                 ttl,
                 body,
-            } if from_child || from_parent => self.on_routed(now, src, dst, ttl, body),
+            } if from_child || from_parent => self.on_routed(now, link, src, dst, ttl, body),
             DaemonMsg::Shutdown if from_parent => self.begin_stop(None),
             DaemonMsg::ExecUp { req } if from_child => {
                 self.emit(Output::Exec(crate::exec::Input::Up { link, req }))
@@ -476,11 +502,11 @@ impl Node {
                 reason: "tool request before hello".into(),
             });
         }
+        if !self.is_controller() {
+            return self.relay_up(link, req);
+        }
         match req {
-            ToolRequest::Status => {
-                let s = self.status();
-                self.reply(link, ToolReply::Status(s));
-            }
+            ToolRequest::Status => self.emit(Output::StatusFor { link }),
             ToolRequest::Ping { rank } => self.start_ping(now, link, rank),
             ToolRequest::Stop => self.begin_stop(Some(link)),
             ToolRequest::Submit { .. }
@@ -501,9 +527,8 @@ impl Node {
     }
 
     fn on_closed(&mut self, now: Duration, link: LinkId) {
-        if self.tools.remove(&link) {
-            self.pings.retain(|_, p| p.tool != link);
-            return;
+        if self.tools.contains(&link) {
+            return self.forget_tool(link);
         }
         if self.children.contains_key(&link) {
             self.drop_child(link);

@@ -101,6 +101,7 @@ impl Node {
             }
             if self.is_controller() {
                 self.roster.set(r, State::Lost);
+                self.drop_relayed_from(r);
             }
             self.note(Note::ProcState {
                 rank: r,
@@ -153,7 +154,27 @@ impl Node {
         }
     }
 
-    pub(super) fn on_routed(&mut self, now: Duration, src: Rank, dst: Rank, ttl: u8, body: Body) {
+    pub(super) fn on_routed(
+        &mut self,
+        now: Duration,
+        link: LinkId,
+        src: Rank,
+        dst: Rank,
+        ttl: u8,
+        body: Body,
+    ) {
+        // A daemon speaks only for its own subtree: what claims to come from a tool of
+        // `src` must arrive by the link `src` is reached through.
+        if matches!(body, Body::ToolUp { .. } | Body::ToolGone { .. })
+            && self.routes.get(&src).map(|r| r.0) != Some(link)
+        {
+            return self.note(Note::Refused {
+                link,
+                reason: format!(
+                    "a tool message from rank {src}, which is not reached by this link"
+                ),
+            });
+        }
         let body = match body {
             Body::Ping { id, mut path } => {
                 path.push(self.me);
@@ -163,6 +184,7 @@ impl Node {
                 path.push(self.me);
                 Body::Pong { id, path }
             }
+            other => other,
         };
         if dst != self.me {
             return self.route(src, dst, ttl, body);
@@ -170,6 +192,12 @@ impl Node {
         match body {
             Body::Ping { id, path } => self.route(self.me, src, ROUTE_TTL, Body::Pong { id, path }),
             Body::Pong { id, path } => self.finish_ping(now, id, path),
+            Body::ToolUp { tool, req } if self.is_controller() => {
+                self.on_tool_up(now, src, tool, req)
+            }
+            Body::ToolGone { tool } if self.is_controller() => self.on_tool_gone(src, tool),
+            Body::ToolDown { tool, reply } => self.on_tool_down(tool, reply),
+            Body::ToolUp { .. } | Body::ToolGone { .. } | Body::Unknown => {}
         }
     }
 }

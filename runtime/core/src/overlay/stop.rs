@@ -70,8 +70,18 @@ impl Node {
             ranks.push(self.me);
             self.send(up, DaemonMsg::Stopped { ranks });
         }
-        if let Some(t) = st.tool {
-            self.reply(t, ToolReply::Stopped { unconfirmed });
+        let tools: Vec<LinkId> = st
+            .tool
+            .into_iter()
+            .chain(std::mem::take(&mut self.stop_tools))
+            .collect();
+        for t in tools {
+            self.reply(
+                t,
+                ToolReply::Stopped {
+                    unconfirmed: unconfirmed.clone(),
+                },
+            );
         }
         self.io(Io::Exit);
     }

@@ -1,0 +1,125 @@
+//! Tools on any node. Every daemon serves the tools of its own node; one that is not the
+//! controller relays their requests up the tree to the controller, and the controller's
+//! replies come back down to it. The controller serves a relayed tool as it serves its own,
+//! under a link id of its own (with [`RELAYED`] set), and forgets it when the relaying
+//! daemon says the tool has gone or the daemon is lost.
+
+use super::*;
+
+/// Set in the link ids the controller gives relayed tools; the shell's ids never have it.
+pub const RELAYED: LinkId = 1 << 63;
+
+/// A tool connected to another daemon, as the controller knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct Relayed {
+    pub origin: Rank,
+    pub tool: u64,
+}
+
+impl Node {
+    /// Every reply to a tool: on its own link, or down the tree to the daemon it is on.
+    pub(super) fn reply(&mut self, link: LinkId, reply: ToolReply) {
+        match self.relayed.get(&link).copied() {
+            Some(r) => self.route(
+                self.me,
+                r.origin,
+                ROUTE_TTL,
+                Body::ToolDown {
+                    tool: r.tool,
+                    reply,
+                },
+            ),
+            None => self.io(Io::Send {
+                link,
+                frame: Frame::ToolReply(reply),
+            }),
+        }
+    }
+
+    /// A daemon other than the controller: a local tool's request goes to the controller.
+    /// A stop also gets its answer here, as this daemon finishes stopping (the controller's
+    /// own answer comes after this daemon has gone).
+    pub(super) fn relay_up(&mut self, link: LinkId, req: ToolRequest) {
+        if req == ToolRequest::Stop {
+            self.stop_tools.insert(link);
+        }
+        self.route(self.me, 0, ROUTE_TTL, Body::ToolUp { tool: link, req });
+    }
+
+    /// The controller: a request of a tool on the daemon `origin`.
+    pub(super) fn on_tool_up(&mut self, now: Duration, origin: Rank, tool: u64, req: ToolRequest) {
+        let key = Relayed { origin, tool };
+        let link = match self.relayed_ids.get(&key) {
+            Some(&l) => l,
+            None if self.relayed.len() >= MAX_RELAYED_TOOLS => {
+                let reply = ToolReply::Error {
+                    message: format!(
+                        "the controller serves at most {MAX_RELAYED_TOOLS} tools of other nodes at once"
+                    ),
+                };
+                return self.route(self.me, origin, ROUTE_TTL, Body::ToolDown { tool, reply });
+            }
+            None => {
+                let l = RELAYED | self.next_relayed;
+                self.next_relayed += 1;
+                self.relayed.insert(l, key);
+                self.relayed_ids.insert(key, l);
+                self.tools.insert(l);
+                l
+            }
+        };
+        self.on_tool(now, link, req);
+    }
+
+    /// The controller: tool `tool` of the daemon `origin` has gone.
+    pub(super) fn on_tool_gone(&mut self, origin: Rank, tool: u64) {
+        if let Some(l) = self.relayed_ids.remove(&Relayed { origin, tool }) {
+            self.relayed.remove(&l);
+            self.forget_tool(l);
+        }
+    }
+
+    /// The controller: the tools relayed by `origin` are gone with it.
+    pub(super) fn drop_relayed_from(&mut self, origin: Rank) {
+        let from = Relayed { origin, tool: 0 };
+        let to = Relayed {
+            origin,
+            tool: u64::MAX,
+        };
+        let gone: Vec<(Relayed, LinkId)> = self
+            .relayed_ids
+            .range(from..=to)
+            .map(|(k, l)| (*k, *l))
+            .collect();
+        for (k, l) in gone {
+            self.relayed_ids.remove(&k);
+            self.relayed.remove(&l);
+            self.forget_tool(l);
+        }
+    }
+
+    /// A reply came down for a tool of this daemon.
+    pub(super) fn on_tool_down(&mut self, tool: u64, reply: ToolReply) {
+        if self.tools.contains(&tool) {
+            self.io(Io::Send {
+                link: tool,
+                frame: Frame::ToolReply(reply),
+            });
+        }
+    }
+
+    /// A tool link closed (or a relayed tool went): its pings and jobs forget it, and a
+    /// daemon other than the controller tells the controller.
+    pub(super) fn forget_tool(&mut self, link: LinkId) {
+        if !self.tools.remove(&link) {
+            return;
+        }
+        self.pings.retain(|_, p| p.tool != link);
+        self.stop_tools.remove(&link);
+        if self.is_controller() {
+            self.emit(Output::ToolGone { link });
+        } else {
+            self.route(self.me, 0, ROUTE_TTL, Body::ToolGone { tool: link });
+        }
+    }
+}
