@@ -43,10 +43,12 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-## Formation time vs size, CPU and RSS per daemon; job latency and throughput (see README).
+## Formation time vs size, CPU and RSS per daemon; job latency and throughput; the DVM
+## key's cost beside no key (see README).
 bench:
 	cargo bench -p dvmlab-runtime --bench formation
 	cargo bench -p dvmlab-runtime --bench jobs
+	cargo bench -p dvmlab-runtime --bench key
 
 ## Every fuzz target (cargo-fuzz, nightly) for FUZZ_SECONDS each, from the checked-in corpus;
 ## new inputs go to target/fuzz-corpus, a crash to runtime/fuzz/artifacts (keep it as a

@@ -2,31 +2,16 @@
 //! (from starting `prun` to its exit, median of `DVMLAB_BENCH_REPS`, default 5) for 8, 32 and
 //! 128 nodes (`DVMLAB_BENCH_JOB_SIZES`), and the rate of 200 sequential one-process jobs,
 //! printed next to the DVM's formation time, against the targets. Backend as for the
-//! formation bench (`DVMLAB_BACKEND`, default process). Writes `target/bench/jobs.json`.
+//! formation bench (`DVMLAB_BACKEND`, default process), without a DVM key (the key's cost is
+//! the `key` bench's). Writes `target/bench/jobs.json`.
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
+use dvmlab_harness::BackendKind;
 use serde_json::json;
-
-const PRTED: &str = env!("CARGO_BIN_EXE_prted");
-const PCTL: &str = env!("CARGO_BIN_EXE_pctl");
-const PRUN: &str = env!("CARGO_BIN_EXE_prun");
-
-fn run(cluster: &Cluster, prog: &str, args: &[&str]) -> Result<String, String> {
-    let mut argv = vec![prog.to_string()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let out = cluster.exec("ctl", &argv)?;
-    if !out.status.success() {
-        return Err(format!(
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).to_string())
-}
+use support::dvm::{self, PRUN};
 
 struct Row {
     nodes: usize,
@@ -36,55 +21,18 @@ struct Row {
 }
 
 fn one(backend: BackendKind, n: usize, reps: usize, sequential: usize) -> Result<Row, String> {
-    let nodes: Vec<String> = (1..=n).map(|i| format!("n{i:04}")).collect();
-    let mut hosts = vec!["ctl".to_string()];
-    hosts.extend(nodes.iter().cloned());
-    let conf = PrteConf::new()
-        .set("ClusterName", "jobbench")
-        .set("DVMNodes", format!("n[4:1-{n}]"))
-        .set("DVMControllerHost", "ctl");
-    let mut spec = ClusterSpec::new("jobbench", &hosts, vec![PRTED.into(), "--bootstrap".into()]);
-    spec.backend = backend;
-    spec.ip = IpMode::V4;
-    spec.conf = conf.render();
-    spec.env.push(("DVMLAB_LOG".into(), "warn".into()));
-    let mut cluster = Cluster::new(spec)?;
-    cluster.start_all()?;
-    let last = support::unix_ms();
-    let status: serde_json::Value =
-        wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
-            let s: serde_json::Value =
-                serde_json::from_str(&run(&cluster, PCTL, &["status", "--json"])?)
-                    .map_err(|e| e.to_string())?;
-            if s["formed"] == true {
-                Ok(s)
-            } else {
-                Err(format!("joined {}", s["joined"]))
-            }
-        })?;
-    let formed_ms = status["formed_at_unix_ms"]
-        .as_u64()
-        .ok_or("no formed_at")?
-        .saturating_sub(last);
-    let mut times = Vec::new();
-    for _ in 0..reps {
-        let t = Instant::now();
-        run(&cluster, PRUN, &["/bin/true"])?;
-        times.push(t.elapsed().as_secs_f64() * 1000.0);
-    }
-    times.sort_by(|a, b| a.total_cmp(b));
-    let job_ms = times[times.len() / 2];
+    let (cluster, formed_ms) = dvm::formed("jobbench", backend, n, false)?;
+    let job_ms = dvm::job_ms(&cluster, &["/bin/true"], reps)?;
     let seq_jobs_per_s = if sequential > 0 {
         let t = Instant::now();
         for _ in 0..sequential {
-            run(&cluster, PRUN, &["-n", "1", "/bin/true"])?;
+            dvm::run(&cluster, PRUN, &["-n", "1", "/bin/true"])?;
         }
         Some(sequential as f64 / t.elapsed().as_secs_f64())
     } else {
         None
     };
-    run(&cluster, PCTL, &["stop"])?;
-    cluster.destroy();
+    dvm::stop(cluster)?;
     Ok(Row {
         nodes: n,
         formed_ms,

@@ -155,6 +155,9 @@ pub enum DaemonMsg {
     ExecDown { msg: ExecDown },
     /// Downward, right after the welcome: the membership beyond what `prte.conf` says.
     Wireup { wireup: Wireup },
+    /// Downward, to every daemon below: the path to the controller broke above you (a
+    /// daemon lost its upward link); replies to your tools may have been lost.
+    PathLost,
     /// Either way: the other side did not understand a message (it speaks an older
     /// version); the link stays.
     Unsupported { what: String },
@@ -189,6 +192,13 @@ pub enum Body {
     /// To the controller: tool `tool` of the daemon `src` has gone.
     ToolGone {
         tool: u64,
+    },
+    /// From the controller: the tree lost the path to tool `tool` of the daemon `dst` for a
+    /// while, and the controller forgot it (replies may have been lost): the daemon closes it
+    /// with `reason`.
+    ToolDropped {
+        tool: u64,
+        reason: String,
     },
     /// A payload this build does not know (from a newer peer); dropped.
     #[serde(other)]

@@ -19,7 +19,7 @@ use dvmlab_core::tree::{RadixTree, Rank};
 use dvmlab_core::uplink::Policy;
 use dvmlab_proto::contract::MemberState;
 use dvmlab_proto::placement::MapBy;
-use dvmlab_proto::wire::{DaemonMsg, Frame, Peer, Submit, ToolReply, ToolRequest};
+use dvmlab_proto::wire::{Body, DaemonMsg, Frame, Peer, Submit, ToolReply, ToolRequest};
 use proptest::prelude::*;
 
 /// One simulated millisecond.
@@ -52,9 +52,10 @@ pub enum Ev {
     HelloTimeout {
         link: LinkId,
     },
-    /// A tool connects to the controller and submits a job of `nprocs` processes that each
-    /// run `run_ms`.
+    /// A tool connects to the daemon of rank `at` (the controller, or another that relays
+    /// its requests) and submits a job of `nprocs` processes that each run `run_ms`.
     Submit {
+        at: Rank,
         nprocs: Option<u32>,
         run_ms: u64,
     },
@@ -70,10 +71,14 @@ pub enum Ev {
 /// A job as the tool that submitted it saw it.
 #[derive(Debug, Default)]
 pub struct ToolView {
+    /// The daemon it is connected to.
+    pub at: Rank,
     pub id: Option<JobId>,
     pub refused: Option<String>,
     pub ended: u32,
     pub run_ms: u64,
+    /// Its connection ended: the daemon closed it (with an error reply saying why) or died.
+    pub closed: bool,
 }
 
 /// A simulated DVM: its daemons, the network between them, the tools and job shells, and
@@ -251,17 +256,8 @@ impl Sim {
         }
     }
 
-    /// A job reply to a submitting tool.
+    /// A job reply as it reaches a submitting tool.
     fn tool_reply(&mut self, link: LinkId, reply: ToolReply) {
-        let placed = match &reply {
-            ToolReply::Submitted { id, placement } => Some((*id, placement.ranks())),
-            _ => None,
-        };
-        let wired = self
-            .nodes
-            .get(&0)
-            .map(|c| c.node().roster().compute_ranks())
-            .unwrap_or_default();
         let Some(t) = self.tools.get_mut(&link) else {
             return;
         };
@@ -271,15 +267,26 @@ impl Sim {
             ToolReply::JobEnded { .. } => t.ended += 1,
             _ => {}
         }
-        if let Some((id, ranks)) = placed {
-            let ranks: BTreeSet<Rank> = ranks.iter().collect();
-            if let Some(r) = ranks.iter().find(|r| !wired.contains(r)) {
-                self.violated(format!(
-                    "job {id} placed on rank {r}, which is not wired in"
-                ));
-            }
-            self.placed.insert(id, ranks);
+    }
+
+    /// A placement as the controller sends it (to a tool of its own, or down the tree to a
+    /// relayed one, which hears of it later): only wired ranks, at this moment.
+    fn check_placement(&mut self, reply: &ToolReply) {
+        let ToolReply::Submitted { id, placement } = reply else {
+            return;
+        };
+        let wired = self
+            .nodes
+            .get(&0)
+            .map(|c| c.node().roster().compute_ranks())
+            .unwrap_or_default();
+        let ranks: BTreeSet<Rank> = placement.ranks().iter().collect();
+        if let Some(r) = ranks.iter().find(|r| !wired.contains(r)) {
+            self.violated(format!(
+                "job {id} placed on rank {r}, which is not wired in"
+            ));
         }
+        self.placed.insert(*id, ranks);
     }
 
     /// A simulated job shell: it starts, runs, exits (early and killed on a signal), and
@@ -302,10 +309,23 @@ impl Sim {
             }
             Output::Net(Io::Send { link, frame }) if link >= JOB_TOOLS => {
                 if let Frame::ToolReply(rep) = frame {
+                    if r == 0 {
+                        self.check_placement(&rep);
+                    }
                     self.tool_reply(link, rep);
                 }
             }
             Output::Net(Io::Send { link, frame }) => {
+                if let (
+                    0,
+                    Frame::Daemon(DaemonMsg::Routed {
+                        body: Body::ToolDown { reply, .. },
+                        ..
+                    }),
+                ) = (r, &frame)
+                {
+                    self.check_placement(reply);
+                }
                 if let Some(largest) = self.largest_frame.as_mut() {
                     let len =
                         dvmlab_proto::wire::encode_frame(&frame).map_or(usize::MAX, |b| b.len());
@@ -360,6 +380,11 @@ impl Sim {
                         self.deliver_on(peer_link, peer, Input::UplinkFailed { rank: r, reason })
                     }
                     _ => {}
+                }
+            }
+            Output::Net(Io::Close { link }) if link >= JOB_TOOLS => {
+                if let Some(t) = self.tools.get_mut(&link) {
+                    t.closed = true;
                 }
             }
             Output::Net(Io::Close { link }) => self.close(link),
@@ -474,13 +499,14 @@ impl Sim {
                     self.nodes.insert(r, DaemonCore::new(cfg, recovered));
                     self.feed(r, Input::Start);
                 }
-                Ev::Submit { nprocs, run_ms } => {
+                Ev::Submit { at, nprocs, run_ms } => {
                     let link = JOB_TOOLS + self.tools.len() as LinkId;
-                    // A tool cannot connect to a controller that is not running.
-                    let refused = (!self.alive[0]).then(|| "no controller".to_string());
+                    // A tool cannot connect to a daemon that is not running.
+                    let refused = (!self.alive[at as usize]).then(|| "no daemon".to_string());
                     self.tools.insert(
                         link,
                         ToolView {
+                            at,
                             run_ms,
                             refused,
                             ..ToolView::default()
@@ -491,7 +517,7 @@ impl Sim {
                         peer: Peer::Tool,
                         version: dvmlab_proto::wire::VERSION,
                     };
-                    self.feed(0, hello);
+                    self.feed(at, hello);
                     let job = Submit {
                         argv: vec!["true".into()],
                         env: vec![],
@@ -504,7 +530,7 @@ impl Sim {
                         stdin: false,
                     };
                     let req = ToolRequest::Submit { job };
-                    self.feed(0, Input::Tool { link, req });
+                    self.feed(at, Input::Tool { link, req });
                 }
                 Ev::Shell { rank, life, input } => {
                     if self.alive[rank as usize] && self.life[rank as usize] == life {
@@ -518,6 +544,9 @@ impl Sim {
                     }
                     self.alive[rank as usize] = false;
                     self.nodes.remove(&rank);
+                    for t in self.tools.values_mut().filter(|t| t.at == rank) {
+                        t.closed = true;
+                    }
                     if fin {
                         let mine: Vec<LinkId> = self
                             .links
@@ -587,7 +616,7 @@ impl Sim {
     }
 }
 
-/// One simulated run; see the property below.
+/// One simulated run with every tool on the controller; see [`scenario_with_relays`].
 #[allow(clippy::too_many_arguments)]
 pub fn scenario(
     n: u32,
@@ -598,6 +627,34 @@ pub fn scenario(
     crashes: Vec<(u64, u32, bool, u64)>,
     cuts: Vec<(u64, usize)>,
     jobs: Vec<(u64, Option<u32>, u64)>,
+) -> Result<(), TestCaseError> {
+    scenario_with_relays(
+        n,
+        radix,
+        boots,
+        latency,
+        missing_seed,
+        crashes,
+        cuts,
+        jobs,
+        Vec::new(),
+    )
+}
+
+/// One simulated run; see the property below. Job `i` is submitted by a tool on rank
+/// `relays[i] % n` (its requests relayed through the tree), or on the controller past the
+/// end of `relays`.
+#[allow(clippy::too_many_arguments)]
+pub fn scenario_with_relays(
+    n: u32,
+    radix: u32,
+    boots: Vec<u64>,
+    latency: Vec<u64>,
+    missing_seed: Option<u32>,
+    crashes: Vec<(u64, u32, bool, u64)>,
+    cuts: Vec<(u64, usize)>,
+    jobs: Vec<(u64, Option<u32>, u64)>,
+    relays: Vec<u32>,
 ) -> Result<(), TestCaseError> {
     let heal = Some(1000 * MS);
     let mut sim = Sim::new(n, radix, heal, latency);
@@ -625,16 +682,21 @@ pub fn scenario(
         sim.at(t, Ev::Cut { seed });
     }
     // Jobs arrive throughout the chaos.
-    for (t, nprocs, run_ms) in jobs {
-        sim.at(t, Ev::Submit { nprocs, run_ms });
+    for (i, (t, nprocs, run_ms)) in jobs.into_iter().enumerate() {
+        let at = relays.get(i).map_or(0, |r| r % n);
+        sim.at(t, Ev::Submit { at, nprocs, run_ms });
     }
     sim.run_until(60_000);
     if let Some(v) = &sim.violation {
         return Err(TestCaseError::fail(v.clone()));
     }
-    // Every job accepted ended exactly once (killed by a node failure or not), and no
-    // daemon still holds a job.
+    // Every tool heard its job end exactly once (killed by a node failure or not), or lost
+    // its connection with the daemon it was on (which said why, if it lived): none is left
+    // waiting. No daemon still holds a job.
     for (link, t) in &sim.tools {
+        if t.closed {
+            continue;
+        }
         if t.id.is_some() {
             prop_assert_eq!(t.ended, 1, "tool {}: {:?}", link, t);
         } else {

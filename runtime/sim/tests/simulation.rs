@@ -1,7 +1,7 @@
 //! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
 //! jobs, and every minimal failing case it found, kept as a named test.
 
-use dvmlab_sim::{scenario, Ev, Sim};
+use dvmlab_sim::{scenario, scenario_with_relays, Ev, Sim};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -45,12 +45,14 @@ proptest! {
             (0u64..25_000, proptest::option::of(1u32..130), 0u64..3000),
             0..12,
         ),
+        // The daemon each job's tool is on (the controller for most).
+        relays in proptest::collection::vec(prop_oneof![3 => Just(0u32), 2 => 1u32..60], 0..12),
     ) {
         let mut latency = base_latency;
         for (at, ms) in spikes {
             latency[at] = ms;
         }
-        scenario(n, radix, boots, latency, missing_seed, crashes, cuts, jobs)?;
+        scenario_with_relays(n, radix, boots, latency, missing_seed, crashes, cuts, jobs, relays)?;
     }
 }
 
@@ -359,6 +361,7 @@ fn a_hundred_thousand_processes_on_128_nodes_travel_in_small_frames() {
     sim.at(
         5_000,
         Ev::Submit {
+            at: 0,
             nprocs: Some(100_000),
             run_ms: 100,
         },
@@ -417,6 +420,50 @@ fn a_daemon_whose_link_is_cut_during_formation_rejoins() {
         vec![],
         vec![(3713, 3575270011151622418), (331, 55164870317952764)],
         vec![],
+    )
+    .unwrap();
+}
+
+/// A tool on rank 15 submits while rank 15 is back from a crash and rejoining: its request
+/// must not vanish (it is answered by closing the tool, or it goes through), never leaving the
+/// tool waiting.
+#[test]
+fn a_relayed_tool_on_a_rejoining_daemon_is_never_left_waiting() {
+    let boots = vec![
+        38, 798, 2421, 594, 771, 2616, 2094, 0, 959, 134, 1049, 274, 620, 767, 1640, 708, 1406,
+        1892, 1472, 2247, 1420, 2997, 119, 1774, 513, 2487, 2290, 512, 1479, 2674, 2255, 2611,
+        1964, 564, 2817, 1434, 1388, 397, 364, 2714, 2971, 2405, 972, 1420, 939, 2554, 979, 2866,
+        1972, 656, 2980, 2971, 2633, 1222, 676, 1552, 1914, 128, 540, 915,
+    ];
+    let mut latency = vec![7, 6, 1, 5, 4, 2, 5, 4, 3, 6, 1, 3, 0, 3, 0, 3];
+    latency[1] = 871;
+    latency[10] = 988;
+    scenario_with_relays(
+        53,
+        2,
+        boots,
+        latency,
+        Some(58),
+        vec![
+            (12318, 46, true, 2060),
+            (1295, 15, true, 2016),
+            (17725, 31, false, 2975),
+        ],
+        vec![
+            (5061, 6819082133812316977),
+            (3679, 9443081700992938299),
+            (8082, 9105750351141461728),
+        ],
+        vec![
+            (5212, None, 2704),
+            (23545, Some(76), 153),
+            (7820, Some(42), 2163),
+            (5150, None, 944),
+            (19436, Some(63), 2226),
+            (14768, None, 921),
+            (4734, None, 1359),
+        ],
+        vec![15, 9, 0, 0],
     )
     .unwrap();
 }

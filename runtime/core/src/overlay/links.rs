@@ -187,6 +187,10 @@ impl Node {
             return;
         }
         self.note(Note::UplinkLost { rank });
+        self.path_lost(&format!(
+            "rank {} lost its connection to rank {rank}",
+            self.me
+        ));
         if let Some(u) = self.uplink.as_mut() {
             let a = u.lost(now);
             self.io(Io::Connect {

@@ -8,7 +8,7 @@
 //! Sans-IO: [`crate::daemon_core::DaemonCore`] feeds [`Input`]s with the current monotonic
 //! time and carries out the [`Output`]s. No sockets, clocks or threads in here.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::identity::{Identity, Role};
@@ -268,6 +268,9 @@ pub struct Node {
     relayed: HashMap<LinkId, Relayed>,
     relayed_ids: BTreeMap<Relayed, LinkId>,
     next_relayed: u64,
+    /// The controller: relayed tools forgotten when the route to their daemon went, to be
+    /// closed there once it is back (at most `MAX_RELAYED_TOOLS`, the oldest go first).
+    dropped: VecDeque<Relayed>,
     /// A daemon other than the controller: local tools that asked the DVM to stop.
     stop_tools: BTreeSet<LinkId>,
     /// Rank → the child link it is reachable through, and how fresh that route is:
@@ -301,6 +304,7 @@ impl Node {
             relayed: HashMap::new(),
             relayed_ids: BTreeMap::new(),
             next_relayed: 1,
+            dropped: VecDeque::new(),
             stop_tools: BTreeSet::new(),
             routes: HashMap::new(),
             below: HashMap::new(),
@@ -459,6 +463,10 @@ impl Node {
                         reason: format!("membership from the parent not taken: {e}"),
                     });
                 }
+            }
+            DaemonMsg::PathLost if from_parent => {
+                let up = self.up.map_or(0, |u| u.1);
+                self.path_lost(&format!("the path above rank {up} broke"));
             }
             DaemonMsg::Unknown if from_child || from_parent => {
                 self.send(
@@ -639,14 +647,22 @@ mod tests {
     const HB: Duration = Duration::from_secs(1);
 
     fn controller(size: u32) -> Node {
+        node(size, 0)
+    }
+
+    fn node(size: u32, rank: Rank) -> Node {
         let hosts: Vec<String> = (0..size).map(|r| format!("h{r}")).collect();
         Node::new(NodeConfig {
-            roster: Roster::from_conf(&hosts, false, 0),
+            roster: Roster::from_conf(&hosts, false, rank),
             identity: Identity {
                 nspace: "t-prte-dvm".into(),
-                rank: 0,
-                role: Role::Controller,
-                host: "h0".into(),
+                rank,
+                role: if rank == 0 {
+                    Role::Controller
+                } else {
+                    Role::Daemon
+                },
+                host: format!("h{rank}"),
             },
             tree: RadixTree::new(2, size),
             policy: Policy {
@@ -657,9 +673,186 @@ mod tests {
             heartbeat: HB,
             incarnation: 0,
             controller_uri: "t".into(),
-            uri: "t.0".into(),
+            uri: format!("t.{rank}"),
             authenticated: false,
         })
+    }
+
+    fn tool_hello(n: &mut Node, link: LinkId) {
+        let peer = Peer::Tool;
+        let version = dvmlab_proto::wire::VERSION;
+        n.handle(
+            T,
+            Input::Hello {
+                link,
+                peer,
+                version,
+            },
+        );
+    }
+
+    fn routed(src: Rank, dst: Rank, body: Body) -> DaemonMsg {
+        DaemonMsg::Routed {
+            src,
+            dst,
+            ttl: ROUTE_TTL,
+            body,
+        }
+    }
+
+    /// The tool replies and closes in `out`.
+    fn tool_io(out: &[Output]) -> Vec<&Io> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Io(io @ Io::Send { .. }) | Output::Io(io @ Io::Close { .. }) => Some(io),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tool_on_a_daemon_that_has_not_joined_is_closed_with_the_reason() {
+        let mut d = node(4, 1);
+        d.handle(T, Input::Start);
+        tool_hello(&mut d, 100);
+        let req = ToolRequest::Status;
+        let out = d.handle(T, Input::Tool { link: 100, req });
+        let io = tool_io(&out);
+        assert!(
+            matches!(io.as_slice(), [Io::Send { link: 100, frame: Frame::ToolReply(ToolReply::Error { message }) }, Io::Close { link: 100 }] if message.contains("has not joined")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_relayed_request_that_cannot_go_up_closes_its_tool_below_and_tells_the_subtree() {
+        let mut d = node(8, 1);
+        d.handle(T, Input::Start);
+        d.handle(T, Input::UplinkUp { link: 1, rank: 0 });
+        hello(&mut d, T, 30, 3);
+        report(&mut d, T, 30, vec![member(3, 1, 5)]);
+        // The way up breaks: the subtree hears of it, and a request from below that was on
+        // its way is answered by closing its tool on the daemon it came from.
+        let out = d.handle(T, Input::Closed { link: 1 });
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Io(Io::Send {
+                    link: 30,
+                    frame: Frame::Daemon(DaemonMsg::PathLost)
+                })
+            )),
+            "{out:?}"
+        );
+        let up = routed(
+            3,
+            0,
+            Body::ToolUp {
+                tool: 7,
+                req: ToolRequest::Jobs,
+            },
+        );
+        let out = d.handle(T, Input::Frame { link: 30, msg: up });
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Io(Io::Send {
+                    link: 30,
+                    frame: Frame::Daemon(DaemonMsg::Routed {
+                        dst: 3,
+                        body: Body::ToolDropped { tool: 7, .. },
+                        ..
+                    })
+                })
+            )),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn the_controller_serves_a_relayed_tool_and_refuses_one_claimed_by_the_wrong_link() {
+        let mut c = controller(4);
+        hello(&mut c, T, 10, 1);
+        hello(&mut c, T, 20, 2);
+        report(&mut c, T, 10, vec![member(1, 0, 5)]);
+        report(&mut c, T, 20, vec![member(2, 0, 5)]);
+        // Rank 2's tool, claimed on rank 1's link: a daemon speaks only for its subtree.
+        let forged = routed(
+            2,
+            0,
+            Body::ToolUp {
+                tool: 9,
+                req: ToolRequest::Stop,
+            },
+        );
+        let out = c.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: forged,
+            },
+        );
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Output::Io(Io::Note(Note::Refused { link: 10, .. })))),
+            "{out:?}"
+        );
+        assert!(c.stopping.is_none(), "a forged stop was obeyed");
+        // Rank 1's own tool is served under a link id of its own, and answered down the tree.
+        let up = routed(
+            1,
+            0,
+            Body::ToolUp {
+                tool: 9,
+                req: ToolRequest::Status,
+            },
+        );
+        let out = c.handle(T, Input::Frame { link: 10, msg: up });
+        let Some(link) = out.iter().find_map(|o| match o {
+            Output::StatusFor { link } => Some(*link),
+            _ => None,
+        }) else {
+            panic!("{out:?}");
+        };
+        assert_ne!(link & RELAYED, 0);
+        let reply = ToolReply::JobsEnd;
+        let out = c.handle(T, Input::Reply { link, reply });
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Io(Io::Send {
+                    link: 10,
+                    frame: Frame::Daemon(DaemonMsg::Routed {
+                        dst: 1,
+                        body: Body::ToolDown {
+                            tool: 9,
+                            reply: ToolReply::JobsEnd
+                        },
+                        ..
+                    })
+                })
+            )),
+            "{out:?}"
+        );
+        // Rank 1 is lost: its tool is forgotten, and closed once rank 1 is back.
+        let out = c.handle(T, Input::Closed { link: 10 });
+        assert!(out.contains(&Output::ToolGone { link }), "{out:?}");
+        hello(&mut c, T, 11, 1);
+        let out = report(&mut c, T, 11, vec![member(1, 0, 6)]);
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Io(Io::Send {
+                    link: 11,
+                    frame: Frame::Daemon(DaemonMsg::Routed {
+                        dst: 1,
+                        body: Body::ToolDropped { tool: 9, .. },
+                        ..
+                    })
+                })
+            )),
+            "{out:?}"
+        );
     }
 
     fn member(rank: Rank, parent: Rank, epoch: u64) -> Member {

@@ -59,6 +59,7 @@ impl Node {
             for m in &accepted {
                 self.roster.set(m.rank, State::Wired);
                 self.roster.set_uri(m.rank, &m.uri);
+                self.tell_dropped(m.rank);
             }
             self.check_formed();
         } else if let Some((up, _)) = self.up {
@@ -136,21 +137,29 @@ impl Node {
     }
 
     pub(super) fn route(&mut self, src: Rank, dst: Rank, ttl: u8, body: Body) {
-        let Some(ttl) = ttl.checked_sub(1) else {
-            return self.note(Note::Unroutable { dst });
+        let next = match ttl.checked_sub(1) {
+            None => None,
+            Some(_) if dst == self.me => None,
+            Some(_) => match self.routes.get(&dst) {
+                Some(&(link, _)) => Some(link),
+                None => self.up.map(|u| u.0),
+            },
         };
-        let msg = DaemonMsg::Routed {
-            src,
-            dst,
-            ttl,
-            body,
-        };
-        if let Some(&(link, _)) = self.routes.get(&dst) {
-            self.send(link, msg);
-        } else if let (Some((up, _)), false) = (self.up, dst == self.me) {
-            self.send(up, msg);
-        } else {
-            self.note(Note::Unroutable { dst });
+        match (next, body) {
+            (Some(link), body) => self.send(
+                link,
+                DaemonMsg::Routed {
+                    src,
+                    dst,
+                    ttl: ttl - 1,
+                    body,
+                },
+            ),
+            (None, Body::ToolUp { tool, .. }) => {
+                self.note(Note::Unroutable { dst });
+                self.bounce(src, tool);
+            }
+            (None, _) => self.note(Note::Unroutable { dst }),
         }
     }
 
@@ -197,6 +206,7 @@ impl Node {
             }
             Body::ToolGone { tool } if self.is_controller() => self.on_tool_gone(src, tool),
             Body::ToolDown { tool, reply } => self.on_tool_down(tool, reply),
+            Body::ToolDropped { tool, reason } => self.close_tool(tool, reason),
             Body::ToolUp { .. } | Body::ToolGone { .. } | Body::Unknown => {}
         }
     }

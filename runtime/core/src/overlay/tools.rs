@@ -3,6 +3,13 @@
 //! replies come back down to it. The controller serves a relayed tool as it serves its own,
 //! under a link id of its own (with [`RELAYED`] set), and forgets it when the relaying
 //! daemon says the tool has gone or the daemon is lost.
+//!
+//! Routed messages are not retransmitted, so a request or reply may be lost while the tree
+//! re-homes. A tool is never left waiting for one: a daemon that loses its upward link
+//! closes its tools with the reason and tells every daemon below to close theirs
+//! (`path_lost`); a request that cannot go further up is answered by closing its tool; and
+//! the controller, once a daemon whose tools it had to forget is reachable again, tells it to
+//! close them.
 
 use super::*;
 
@@ -40,6 +47,13 @@ impl Node {
     /// A stop also gets its answer here, as this daemon finishes stopping (the controller's
     /// own answer comes after this daemon has gone).
     pub(super) fn relay_up(&mut self, link: LinkId, req: ToolRequest) {
+        if self.up.is_none() {
+            let reason = format!(
+                "rank {} has not joined the DVM (no path to the controller yet); try again",
+                self.me
+            );
+            return self.close_tool(link, reason);
+        }
         if req == ToolRequest::Stop {
             self.stop_tools.insert(link);
         }
@@ -79,7 +93,8 @@ impl Node {
         }
     }
 
-    /// The controller: the tools relayed by `origin` are gone with it.
+    /// The controller: the tools relayed by `origin` are gone with it (the route to it is).
+    /// Each is remembered (a bounded number) to be closed once `origin` is back.
     pub(super) fn drop_relayed_from(&mut self, origin: Rank) {
         let from = Relayed { origin, tool: 0 };
         let to = Relayed {
@@ -95,6 +110,80 @@ impl Node {
             self.relayed_ids.remove(&k);
             self.relayed.remove(&l);
             self.forget_tool(l);
+            if self.dropped.len() >= MAX_RELAYED_TOOLS {
+                self.dropped.pop_front();
+            }
+            self.dropped.push_back(k);
+        }
+    }
+
+    /// The controller: `origin` is reachable again; the tools it relayed that were forgotten
+    /// meanwhile are closed there.
+    pub(super) fn tell_dropped(&mut self, origin: Rank) {
+        if !self.dropped.iter().any(|d| d.origin == origin) {
+            return;
+        }
+        let (theirs, rest): (VecDeque<Relayed>, VecDeque<Relayed>) =
+            self.dropped.drain(..).partition(|d| d.origin == origin);
+        self.dropped = rest;
+        for d in theirs {
+            let reason = format!(
+                "the tree lost the path between rank {origin} and the controller; the controller forgot this tool and its replies may have been lost"
+            );
+            self.route(
+                self.me,
+                origin,
+                ROUTE_TTL,
+                Body::ToolDropped {
+                    tool: d.tool,
+                    reason,
+                },
+            );
+        }
+    }
+
+    /// This daemon's tool `tool` is to be closed, with `reason` as its last reply.
+    pub(super) fn close_tool(&mut self, tool: u64, reason: String) {
+        if !self.tools.remove(&tool) {
+            return;
+        }
+        self.pings.retain(|_, p| p.tool != tool);
+        self.stop_tools.remove(&tool);
+        self.io(Io::Send {
+            link: tool,
+            frame: Frame::ToolReply(ToolReply::Error { message: reason }),
+        });
+        self.io(Io::Close { link: tool });
+    }
+
+    /// The path from this daemon to the controller broke at `why`: requests and replies of
+    /// its tools, and of every daemon's below, may have been lost, so they are closed rather
+    /// than left waiting.
+    pub(super) fn path_lost(&mut self, why: &str) {
+        let tools: Vec<LinkId> = self.tools.iter().copied().collect();
+        for t in tools {
+            let reason = format!(
+                "{why}, on the way to the controller; this tool's requests and replies may have been lost"
+            );
+            self.close_tool(t, reason);
+        }
+        let children: Vec<LinkId> = self.children.keys().copied().collect();
+        for c in children {
+            self.send(c, DaemonMsg::PathLost);
+        }
+    }
+
+    /// A tool request that cannot go further up: its tool is closed (here, or down the tree
+    /// on the daemon it came from).
+    pub(super) fn bounce(&mut self, src: Rank, tool: u64) {
+        let reason = format!(
+            "rank {} could not pass the request on to the controller (no path to it)",
+            self.me
+        );
+        if src == self.me {
+            self.close_tool(tool, reason);
+        } else {
+            self.route(self.me, src, ROUTE_TTL, Body::ToolDropped { tool, reason });
         }
     }
 
