@@ -6,19 +6,29 @@
 //! `node-<N-1>` (DVMNodes lists them in two fixed-width ranges) and the controller is
 //! `ctl-0`; they find each other through the Service's DNS records (its domain is added to
 //! the pods' search list), so prte.conf names no network there.
+//!
+//! The DVM key is never written into a manifest: `lab export` writes it as `dvm.key` (mode
+//! 0600, kept when it exists) beside them; compose mounts that file, and for Kubernetes it is
+//! made into a Secret by hand.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, PodDNSConfig, PodSpec,
-    PodTemplateSpec, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    PodTemplateSpec, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_json::json;
 
 use crate::image::IMAGE;
-use crate::plan::{Plan, CONTROLLER, DVM_PORT, PREFIX, SUBNET_V4, SUBNET_V6};
+use crate::plan::{Plan, CONTROLLER, DVM_PORT, KEY_PATH, PREFIX, SUBNET_V4, SUBNET_V6};
+
+/// The DVM key's file, written beside the exported manifests (compose mounts it; for
+/// Kubernetes it becomes the Secret [`KEY_SECRET`]).
+pub const KEY_FILE: &str = "dvm.key";
+/// The Secret the Kubernetes pods mount the key from.
+pub const KEY_SECRET: &str = "dvmlab-lab-key";
 
 /// The headless Service that gives every pod a DNS name.
 const SERVICE: &str = "dvm";
@@ -71,23 +81,45 @@ fn stateful_set(name: &str, replicas: i32, namespace: &str) -> StatefulSet {
                 name: Some("dvm".into()),
                 ..Default::default()
             }]),
-            volume_mounts: Some(vec![VolumeMount {
-                name: "prte-conf".into(),
-                mount_path: "/etc/prte.conf".into(),
-                sub_path: Some("prte.conf".into()),
-                read_only: Some(true),
-                ..Default::default()
-            }]),
+            volume_mounts: Some(vec![
+                VolumeMount {
+                    name: "prte-conf".into(),
+                    mount_path: "/etc/prte.conf".into(),
+                    sub_path: Some("prte.conf".into()),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "dvm-key".into(),
+                    mount_path: KEY_PATH.into(),
+                    sub_path: Some(KEY_FILE.into()),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+            ]),
             ..Default::default()
         }],
-        volumes: Some(vec![Volume {
-            name: "prte-conf".into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: format!("{PREFIX}-conf"),
+        volumes: Some(vec![
+            Volume {
+                name: "prte-conf".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: format!("{PREFIX}-conf"),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }]),
+            },
+            // The key is never in a manifest: `kubectl create secret generic dvmlab-lab-key
+            // --from-file=dvm.key` makes this Secret from the exported file.
+            Volume {
+                name: "dvm-key".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(KEY_SECRET.into()),
+                    default_mode: Some(0o400),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]),
         termination_grace_period_seconds: Some(5),
         ..Default::default()
     };
@@ -177,7 +209,10 @@ pub fn compose(plan: &Plan) -> Result<String, String> {
                 "init": true,
                 "stop_grace_period": "5s",
                 "environment": {"DVMLAB_LOG": "info"},
-                "volumes": ["./prte.conf:/etc/prte.conf:ro"],
+                "volumes": [
+                    "./prte.conf:/etc/prte.conf:ro",
+                    format!("./{KEY_FILE}:{KEY_PATH}:ro"),
+                ],
                 "extra_hosts": plan.extra_hosts(),
                 "dns_opt": ["timeout:1", "attempts:1"],
                 "networks": {
@@ -230,6 +265,8 @@ mod tests {
         );
         assert!(conf.contains("DVMControllerHost = ctl-0"));
         assert!(conf.contains("DVMIPVersion = 6"));
+        assert!(conf.contains("DVMKeyFile = /etc/dvm.key"), "{conf}");
+        assert!(!text.contains("kind: Secret"), "no key in a manifest");
         let svc: Service = serde_norway::from_str(docs[1]).unwrap();
         let spec = svc.spec.unwrap();
         assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "headless");
@@ -248,9 +285,16 @@ mod tests {
             );
             let pod = spec.template.spec.unwrap();
             assert_eq!(pod.containers[0].image.as_deref(), Some(IMAGE));
-            let mount = &pod.containers[0].volume_mounts.as_ref().unwrap()[0];
-            assert_eq!(mount.mount_path, "/etc/prte.conf");
-            assert_eq!(mount.read_only, Some(true));
+            let mounts = pod.containers[0].volume_mounts.as_ref().unwrap();
+            assert_eq!(mounts[0].mount_path, "/etc/prte.conf");
+            assert_eq!(mounts[0].read_only, Some(true));
+            // The key, from its Secret, where prte.conf says, readable by the owner only.
+            assert_eq!(mounts[1].mount_path, KEY_PATH);
+            let key = &pod.volumes.as_ref().unwrap()[1];
+            assert_eq!(key.name, mounts[1].name);
+            let secret = key.secret.as_ref().unwrap();
+            assert_eq!(secret.secret_name.as_deref(), Some(KEY_SECRET));
+            assert_eq!(secret.default_mode, Some(0o400));
         }
     }
 }

@@ -199,11 +199,9 @@ pub fn keep(
     );
     spec.backend = backend;
     spec.ip = IpMode::Dual;
-    spec.env = vec![
-        ("DVMLAB_LOG".into(), "info".into()),
-        // The DVM key the harness makes for the cluster: links and tools authenticated.
-        ("PRTE_MCA_dvmlab_dvm_key_file".into(), "{key}".into()),
-    ];
+    // The harness makes the cluster's DVM key at /etc/dvm.key on every host, where the lab's
+    // prte.conf says it is.
+    spec.env = vec![("DVMLAB_LOG".into(), "info".into())];
     let mut cluster = Cluster::new(spec)?;
     let subnet = cluster
         .subnet(false, plan.ip == IpVersion::V6)

@@ -387,6 +387,23 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
                 dvmlab_host::outln!("wrote {}", path.display());
             }
+            // A re-export keeps the key a running cluster already has.
+            let key = out.join(export::KEY_FILE);
+            if key.exists() {
+                dvmlab_host::keyfile::load(&key)?;
+                dvmlab_host::outln!("kept the DVM key {}", key.display());
+            } else {
+                dvmlab_host::keyfile::generate(&key)?;
+                dvmlab_host::outln!("wrote a new DVM key {}", key.display());
+            }
+            if k8s {
+                dvmlab_host::outln!(
+                    "make it the pods' Secret: kubectl create secret generic {} --from-file={}={}",
+                    export::KEY_SECRET,
+                    export::KEY_FILE,
+                    key.display()
+                );
+            }
             Ok(0)
         }
         Cmd::Logs { host, follow } => {

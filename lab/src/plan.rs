@@ -15,6 +15,9 @@ pub const SUBNET_V4: &str = "10.210.0.0/16";
 pub const SUBNET_V6: &str = "fd00:210::/64";
 /// The port daemons listen on (the runtime's default DVMPort).
 pub const DVM_PORT: u16 = 7817;
+/// Where every form of the lab keeps the DVM key (`DVMKeyFile`): the harness's key on `lab
+/// up`'s hosts, the exported `dvm.key` mounted there by compose and Kubernetes.
+pub const KEY_PATH: &str = "/etc/dvm.key";
 
 /// Which address family the daemons use; the network is dual-stack either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +143,8 @@ impl Plan {
              DVMControllerHost = {controller}\n\
              DVMRadix = {r}\n\
              DVMPort = {DVM_PORT}\n\
-             DVMIPVersion = {ip}\n",
+             DVMIPVersion = {ip}\n\
+             DVMKeyFile = {KEY_PATH}\n",
             n = self.nodes,
             r = self.radix,
             ip = self.ip.number(),

@@ -64,9 +64,19 @@ fn the_k8s_export_writes_one_manifest_file() {
     let dir = std::env::temp_dir().join(format!("dvmlab-k8s-{}", std::process::id()));
     export(&["--k8s", "--nodes", "32", "--namespace", "lab"], &dir);
     let text = std::fs::read_to_string(dir.join("dvmlab-lab.k8s.yaml")).unwrap();
+    // The DVM key beside the manifest, private, and kept by a re-export.
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.join("dvm.key");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    let first = std::fs::read(&key).unwrap();
+    export(&["--k8s", "--nodes", "32", "--namespace", "lab"], &dir);
+    let again = std::fs::read(&key).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(mode, 0o600);
+    assert_eq!(first, again, "a re-export keeps the key");
     assert_eq!(text.matches("kind: StatefulSet").count(), 2, "{text}");
     assert!(text.contains("dvm.lab.svc.cluster.local"), "{text}");
+    assert!(text.contains("secretName: dvmlab-lab-key"), "{text}");
 }
 
 fn run(cmd: &mut Command) -> std::process::Output {
