@@ -10,15 +10,11 @@
 
 mod support;
 
-use std::time::Duration;
-
+use support::dvm::{self, PCTL, PRTED};
 use support::svg::{chart, Panel};
 
-use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
+use dvmlab_harness::{BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
 use serde_json::json;
-
-const PRTED: &str = env!("CARGO_BIN_EXE_prted");
-const PCTL: &str = env!("CARGO_BIN_EXE_pctl");
 
 /// CPU time of `pid` so far, from /proc/PID/schedstat (nanoseconds on the CPU).
 fn cpu_ns(pid: u32) -> Option<u64> {
@@ -53,16 +49,6 @@ struct Sample {
     ctl_rss_mib: f64,
 }
 
-fn pctl(cluster: &Cluster, args: &[&str]) -> Result<String, String> {
-    let mut argv = vec![PCTL.to_string()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let out = cluster.exec("ctl", &argv)?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).to_string());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).to_string())
-}
-
 fn one(backend: BackendKind, n: usize, radix: u32) -> Result<Sample, String> {
     let nodes: Vec<String> = (1..=n).map(|i| format!("n{i:04}")).collect();
     let mut hosts = vec!["ctl".to_string()];
@@ -81,17 +67,7 @@ fn one(backend: BackendKind, n: usize, radix: u32) -> Result<Sample, String> {
     let first = support::unix_ms();
     cluster.start_all()?;
     let last = support::unix_ms();
-    let status: serde_json::Value =
-        wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
-            let s: serde_json::Value =
-                serde_json::from_str(&pctl(&cluster, &["status", "--json"])?)
-                    .map_err(|e| e.to_string())?;
-            if s["formed"] == true {
-                Ok(s)
-            } else {
-                Err(format!("joined {}", s["joined"]))
-            }
-        })?;
+    let status = dvm::wait_formed(&cluster)?;
     let formed_at = status["formed_at_unix_ms"].as_u64().ok_or("no formed_at")?;
     let mut cpu = Vec::new();
     let mut rss = Vec::new();
@@ -111,7 +87,7 @@ fn one(backend: BackendKind, n: usize, radix: u32) -> Result<Sample, String> {
         rss_mib_max: rss.iter().cloned().fold(0.0, f64::max),
         ctl_rss_mib: peak_rss_kib(ctl_pid).unwrap_or(0) as f64 / 1024.0,
     };
-    pctl(&cluster, &["stop"])?;
+    dvm::run(&cluster, PCTL, &["stop"])?;
     cluster.destroy();
     Ok(sample)
 }

@@ -42,6 +42,16 @@ def closed_without_a_word(s, within=30):
     except ConnectionResetError:
         return True
 
+out = []
+def attempt(name, payload):
+    """A new connection sends `payload`; what the controller did goes to `out`."""
+    s = socket.create_connection((HOST, PORT), timeout=10)
+    try:
+        s.sendall(payload)
+    except OSError:
+        pass
+    out.append("%s: %s" % (name, "closed" if closed_without_a_word(s) else "ANSWERED"))
+
 class Sealed:
     """A connection through the key's channel; `sent` keeps every byte written."""
     def __init__(self, psk):
@@ -124,23 +134,14 @@ fn without_the_key_no_client_joins_submits_pings_or_stops_and_a_replay_gets_noth
     // replayed on a new connection: the replayer gets the handshake's second message (the
     // controller cannot tell a replay from a first message) and nothing after it.
     let script = r#"
-out = []
-def stranger(name, payload):
-    s = socket.create_connection((HOST, PORT), timeout=10)
-    try:
-        s.sendall(payload)
-    except OSError:
-        pass
-    out.append("%s: %s" % (name, "closed" if closed_without_a_word(s) else "ANSWERED"))
-
 plain_hello = frame({"t": "hello", "magic": "dvmlab", "version": 2, "min_version": 1,
                      "nspace": NSPACE, "peer": {"kind": "tool"}})
-stranger("plain tool submit", plain_hello + frame({"t": "tool", "req": "submit", "job": {
+attempt("plain tool submit", plain_hello + frame({"t": "tool", "req": "submit", "job": {
     "argv": ["/bin/true"], "env": [], "cwd": None, "nprocs": 1, "map_by": "node",
     "hosts": None, "time_limit_ms": None, "userid": 0}}))
-stranger("plain tool stop", plain_hello + frame({"t": "tool", "req": "stop"}))
-stranger("plain tool ping", plain_hello + frame({"t": "tool", "req": "ping", "rank": 2}))
-stranger("plain daemon join", frame({"t": "hello", "magic": "dvmlab", "version": 2,
+attempt("plain tool stop", plain_hello + frame({"t": "tool", "req": "stop"}))
+attempt("plain tool ping", plain_hello + frame({"t": "tool", "req": "ping", "rank": 2}))
+attempt("plain daemon join", frame({"t": "hello", "magic": "dvmlab", "version": 2,
     "min_version": 1, "nspace": NSPACE, "peer": {"kind": "daemon", "rank": 2, "host": "n02"}}))
 try:
     Sealed(os.urandom(32))
@@ -348,14 +349,6 @@ fn garbage_oversized_truncated_and_a_thousand_idle_connections_leave_a_daemon_se
     let script = r#"
 import random
 random.seed(7)
-out = []
-def attempt(name, payload):
-    s = socket.create_connection((HOST, PORT), timeout=10)
-    try:
-        s.sendall(payload)
-    except OSError:
-        pass
-    out.append("%s: %s" % (name, "closed" if closed_without_a_word(s) else "ANSWERED"))
 attempt("garbage", bytes(random.getrandbits(8) for _ in range(65536)))
 attempt("oversized length", b"\xff\xff" + b"x" * 1000)
 attempt("4-byte frame length", struct.pack(">I", 1 << 30) + b"{")

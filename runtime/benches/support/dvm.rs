@@ -50,17 +50,7 @@ pub fn formed(
     let mut cluster = Cluster::new(spec)?;
     cluster.start_all()?;
     let last = super::unix_ms();
-    let status: serde_json::Value =
-        wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
-            let s: serde_json::Value =
-                serde_json::from_str(&run(&cluster, PCTL, &["status", "--json"])?)
-                    .map_err(|e| e.to_string())?;
-            if s["formed"] == true {
-                Ok(s)
-            } else {
-                Err(format!("joined {}", s["joined"]))
-            }
-        })?;
+    let status = wait_formed(&cluster)?;
     if status["authenticated"] != keyed {
         return Err(format!("asked for keyed={keyed}, the DVM says {status}"));
     }
@@ -69,6 +59,20 @@ pub fn formed(
         .ok_or("no formed_at")?
         .saturating_sub(last);
     Ok((cluster, formed_ms))
+}
+
+/// Waits (at most 60 s) until the DVM says it is formed; its status.
+pub fn wait_formed(cluster: &Cluster) -> Result<serde_json::Value, String> {
+    wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+        let s: serde_json::Value =
+            serde_json::from_str(&run(cluster, PCTL, &["status", "--json"])?)
+                .map_err(|e| e.to_string())?;
+        if s["formed"] == true {
+            Ok(s)
+        } else {
+            Err(format!("joined {}", s["joined"]))
+        }
+    })
 }
 
 /// The median, in ms, of `reps` runs of `prun` with `args`.

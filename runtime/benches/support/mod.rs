@@ -1,6 +1,6 @@
 //! What the benches share: their knobs and clock.
 
-// The formation bench starts its DVMs its own way.
+// Not every bench uses every helper.
 #[allow(dead_code)]
 pub mod dvm;
 pub mod svg;
