@@ -488,6 +488,11 @@ impl Sim {
             self.now = t;
             match self.events[idx].clone() {
                 Ev::Boot(r) => {
+                    // A daemon booted over a live one replaces it: its tools lose their
+                    // connection as on a crash.
+                    for t in self.tools.values_mut().filter(|t| t.at == r) {
+                        t.closed = true;
+                    }
                     self.alive[r as usize] = true;
                     self.life[r as usize] = self.now + 1;
                     self.running.retain(|(rank, _), _| *rank != r);

@@ -467,3 +467,25 @@ fn a_relayed_tool_on_a_rejoining_daemon_is_never_left_waiting() {
     )
     .unwrap();
 }
+
+/// A daemon restarted while it still runs (booted over itself) takes its tools' connections
+/// with it: a tool submitted there is not owed its job's end.
+#[test]
+fn a_tool_on_a_daemon_restarted_over_itself_loses_its_connection() {
+    scenario_with_relays(
+        2,
+        2,
+        vec![0; 60],
+        {
+            let mut l = vec![0; 16];
+            l[0] = 817;
+            l
+        },
+        None,
+        vec![(9984, 1, false, 1596), (9002, 1, false, 982)],
+        vec![],
+        vec![(0, None, 0), (9985, None, 197)],
+        vec![0, 15],
+    )
+    .unwrap();
+}
