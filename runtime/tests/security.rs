@@ -387,3 +387,73 @@ print("\n".join(out))
     assert_eq!(code, Some(0), "{err}");
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn a_session_directory_another_user_could_change_stops_the_daemon_and_a_socket_another_user_serves_is_not_used(
+) {
+    let Some(b) = backend("sec-sessiondir", Needs::Netns) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(2);
+    let mut dvm = Dvm::new(
+        "sec-sessiondir",
+        b,
+        dvmlab_harness::IpMode::V4,
+        &hosts,
+        &conf_for(2),
+    );
+    for h in ["ctl", "n01"] {
+        dvm.cluster.start(h).unwrap();
+    }
+    // Another user got to n02's session directory first.
+    let nspace = dvm
+        .wait_status(Duration::from_secs(10), "up", |_| true)
+        .namespace;
+    let dvm_dir = dvm.cluster.tmp_dir("n02").join(format!("dvmlab.{nspace}"));
+    std::fs::create_dir_all(dvm_dir.join("2")).unwrap();
+    let nobody = Some(nix::unistd::Uid::from_raw(65534));
+    for d in [dvm_dir.clone(), dvm_dir.join("2")] {
+        nix::unistd::chown(&d, nobody, None).unwrap();
+    }
+    dvm.cluster.start("n02").unwrap();
+    let st = dvm
+        .cluster
+        .wait_exit("n02", Duration::from_secs(10))
+        .unwrap();
+    assert!(!st.success(), "n02 ran in a directory another user owns");
+    let log = dvm.cluster.log("n02");
+    assert!(
+        log.contains("owned by uid 65534")
+            && log.contains("refusing to keep the daemon's session there"),
+        "{log}"
+    );
+    // That user serves a socket where n02's tools look for their daemon: the owner's tool
+    // will not talk to it.
+    let socket = dvm_dir.join("2").join("tools.sock");
+    let listen = format!(
+        "import socket, time; s = socket.socket(socket.AF_UNIX); s.bind({:?}); s.listen(); time.sleep(60)",
+        socket.to_string_lossy()
+    );
+    let argv = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        // The system's Python: another user may not run one installed under root's home.
+        "/usr/bin/python3",
+        "-c",
+        &listen,
+    ]
+    .map(String::from);
+    let mut impostor = dvm.cluster.command("n02", &argv).unwrap().spawn().unwrap();
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        socket.exists().then_some(()).ok_or("no socket yet".to_string())
+    })
+    .unwrap();
+    let (code, out, err) = on(&dvm, "n02", &[PCTL, "status"]);
+    let _ = impostor.kill();
+    let _ = impostor.wait();
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(err.contains("is served by uid 65534"), "{err}");
+    dvm.stop_cleanly(&hosts[..2]);
+}

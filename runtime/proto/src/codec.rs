@@ -96,6 +96,20 @@ impl Decoder for FrameCodec {
                 .map_err(|e| invalid(format!("undecodable frame: {e}"))),
         }
     }
+
+    /// A connection that ends inside a record or a frame was cut, not closed.
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, Self::Error> {
+        if let Some(frame) = self.decode(src)? {
+            return Ok(Some(frame));
+        }
+        let partial = !src.is_empty()
+            || !self.plain.is_empty()
+            || self.opener.as_ref().is_some_and(|o| o.holds_partial());
+        if partial {
+            return Err(invalid("the connection ended in the middle of a frame"));
+        }
+        Ok(None)
+    }
 }
 
 impl Encoder<Frame> for FrameCodec {

@@ -254,6 +254,11 @@ pub struct Opener {
 }
 
 impl Opener {
+    /// Whether part of a record has arrived and not the rest.
+    pub fn holds_partial(&self) -> bool {
+        !self.incoming.buf.is_empty()
+    }
+
     /// Takes received bytes and appends the plaintext of every record they complete to
     /// `plain`; holds at most one partial record. An error means a record did not
     /// authenticate: the connection must end.

@@ -229,7 +229,10 @@ pub async fn run(
     let ctx = Arc::new(Ctx {
         events: tx,
         handshake: s.heartbeat * MISSED_HEARTBEATS,
-        next_link: AtomicU64::new(1),
+        // Link ids (which name this daemon's tools to the controller) count up from the
+        // daemon's start time, so a restarted daemon never reuses one the controller may
+        // still remember; they stay far below the relayed-tool bit.
+        next_link: AtomicU64::new(cfg.incarnation.max(1)),
         nspace: p.identity.nspace.clone(),
         me: Peer::Daemon {
             rank: p.identity.rank,
@@ -784,6 +787,7 @@ where
         Err(_) => return warn!("{peer}: no hello within {:?}; dropped", ctx.handshake),
     };
     drop(handshake);
+    debug_assert!(ctx.next_link.load(Ordering::Relaxed) < dvmlab_core::overlay::RELAYED);
     let refusal = match hello.mismatch(&ctx.nspace) {
         Some(reason) => Some(reason),
         None if tools_only && hello.peer != Peer::Tool => {
@@ -794,7 +798,7 @@ where
     if let Some(reason) = refusal {
         warn!("{peer}: refused: {reason}");
         if let Ok(bytes) = wire_bytes(&Frame::Refuse { reason }, sealer.as_mut()) {
-            let _ = write.write_all(&bytes).await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), write.write_all(&bytes)).await;
         }
         return;
     }

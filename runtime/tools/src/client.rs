@@ -3,7 +3,6 @@
 //! owner's user (and root) and relays requests to the controller; elsewhere it talks to the
 //! controller over TCP, proving it holds the DVM key.
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -26,8 +25,20 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Conn for T {}
 pub async fn connect_to_dvm(params: &Params, timeout: Duration) -> Result<Client, String> {
     if let Ok(p) = dvmlab_host::bootstrap::Prepared::new(params) {
         let socket = p.settings.tool_socket(&p.identity.host, p.identity.rank);
-        if socket.exists() {
-            return Client::connect_local(&socket, &p.identity.nspace, timeout).await;
+        let peer = format!("the daemon of this node at {}", socket.display());
+        match tokio::time::timeout(timeout, UnixStream::connect(&socket)).await {
+            Ok(Ok(stream)) => {
+                return Client::local(stream, peer, &p.identity.nspace, timeout).await
+            }
+            // No daemon here (none started, or one that died left its socket): the
+            // controller may still be reachable.
+            Ok(Err(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) => {}
+            Ok(Err(e)) => return Err(format!("cannot reach {peer}: {e}")),
+            Err(_) => return Err(format!("{peer} did not answer within {timeout:?}")),
         }
     }
     let (settings, addr) =
@@ -47,17 +58,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to this node's daemon over its tools socket at `path`.
-    pub async fn connect_local(
-        path: &Path,
+    /// Talks to this node's daemon over its tools socket, once it is known to be served by
+    /// this user or root (anyone else could be impersonating the daemon).
+    async fn local(
+        stream: UnixStream,
+        peer: String,
         nspace: &str,
         timeout: Duration,
     ) -> Result<Client, String> {
-        let peer = format!("the daemon of this node at {}", path.display());
-        let stream = tokio::time::timeout(timeout, UnixStream::connect(path))
-            .await
-            .map_err(|_| format!("{peer} did not answer within {timeout:?}"))?
-            .map_err(|e| format!("cannot reach {peer}: {e}"))?;
+        let me = nix::unistd::geteuid().as_raw();
+        let uid = stream
+            .peer_cred()
+            .map_err(|e| format!("{peer}: cannot learn who serves it: {e}"))?
+            .uid();
+        if uid != me && uid != 0 {
+            return Err(format!(
+                "{peer} is served by uid {uid}, neither this user (uid {me}) nor root; not using it"
+            ));
+        }
         let c = Client {
             framed: Framed::new(Box::new(stream), FrameCodec::default()),
             peer,

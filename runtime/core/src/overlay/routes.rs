@@ -21,15 +21,23 @@ impl Node {
                 continue;
             }
             let fresh = (m.via, m.epoch);
-            match self.routes.get(&m.rank) {
+            let renewed = match self.routes.get(&m.rank) {
                 // Travelled an older path than the route we have: stale.
                 Some(&(_, f)) if fresh < f => continue,
-                Some(&(old, _)) if old != link => {
-                    if let Some(c) = self.children.get_mut(&old) {
-                        c.members.remove(&m.rank);
+                Some(&(old, f)) => {
+                    if old != link {
+                        if let Some(c) = self.children.get_mut(&old) {
+                            c.members.remove(&m.rank);
+                        }
                     }
+                    fresh > f
                 }
-                _ => {}
+                None => false,
+            };
+            // A newer path means a daemon on the way up reconnected, and the tools of the
+            // member were closed there (`path_lost`): the controller forgets them too.
+            if renewed && self.is_controller() {
+                self.forget_relayed_from(m.rank);
             }
             self.routes.insert(m.rank, (link, fresh));
             if let Some(c) = self.children.get_mut(&link) {
@@ -182,6 +190,15 @@ impl Node {
                 reason: format!(
                     "a tool message from rank {src}, which is not reached by this link"
                 ),
+            });
+        }
+        // Replies to tools come only from the controller, down the tree.
+        if matches!(body, Body::ToolDown { .. } | Body::ToolDropped { .. })
+            && self.up.map(|u| u.0) != Some(link)
+        {
+            return self.note(Note::Refused {
+                link,
+                reason: "a reply to a tool that did not come from above".into(),
             });
         }
         let body = match body {

@@ -96,6 +96,16 @@ impl Node {
     /// The controller: the tools relayed by `origin` are gone with it (the route to it is).
     /// Each is remembered (a bounded number) to be closed once `origin` is back.
     pub(super) fn drop_relayed_from(&mut self, origin: Rank) {
+        for k in self.forget_relayed_from(origin) {
+            if self.dropped.len() >= MAX_RELAYED_TOOLS {
+                self.dropped.pop_front();
+            }
+            self.dropped.push_back(k);
+        }
+    }
+
+    /// The controller: forgets the tools relayed by `origin`; which they were.
+    pub(super) fn forget_relayed_from(&mut self, origin: Rank) -> Vec<Relayed> {
         let from = Relayed { origin, tool: 0 };
         let to = Relayed {
             origin,
@@ -106,15 +116,12 @@ impl Node {
             .range(from..=to)
             .map(|(k, l)| (*k, *l))
             .collect();
-        for (k, l) in gone {
+        for &(k, l) in &gone {
             self.relayed_ids.remove(&k);
             self.relayed.remove(&l);
             self.forget_tool(l);
-            if self.dropped.len() >= MAX_RELAYED_TOOLS {
-                self.dropped.pop_front();
-            }
-            self.dropped.push_back(k);
         }
+        gone.into_iter().map(|(k, _)| k).collect()
     }
 
     /// The controller: `origin` is reachable again; the tools it relayed that were forgotten
@@ -189,6 +196,10 @@ impl Node {
 
     /// A reply came down for a tool of this daemon.
     pub(super) fn on_tool_down(&mut self, tool: u64, reply: ToolReply) {
+        // A stop the controller refused is not answered again when this daemon stops.
+        if matches!(reply, ToolReply::Error { .. }) {
+            self.stop_tools.remove(&tool);
+        }
         if self.tools.contains(&tool) {
             self.io(Io::Send {
                 link: tool,
