@@ -447,7 +447,10 @@ fn a_session_directory_another_user_could_change_stops_the_daemon_and_a_socket_a
     .map(String::from);
     let mut impostor = dvm.cluster.command("n02", &argv).unwrap().spawn().unwrap();
     wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-        socket.exists().then_some(()).ok_or("no socket yet".to_string())
+        socket
+            .exists()
+            .then_some(())
+            .ok_or("no socket yet".to_string())
     })
     .unwrap();
     let (code, out, err) = on(&dvm, "n02", &[PCTL, "status"]);

@@ -489,3 +489,44 @@ fn a_tool_on_a_daemon_restarted_over_itself_loses_its_connection() {
     )
     .unwrap();
 }
+
+/// Found by the random runs with tools on other daemons: rank 3 dies silently, comes back,
+/// and is booted over itself while jobs run; every job must still end. OPEN: job 4 (its tool
+/// on the controller, submitted at 13.4 s) is still held by every daemon at 60 s; rank 28,
+/// silently crashed at 12.3 s and back at 14.0 s, received the job's start on its previous
+/// life's link (refused there) after rejoining. It passes with any one of the two relayed
+/// tools moved to the controller, so it depends on timing; whether job-exec alone or the
+/// relayed traffic is at fault is not yet known.
+#[test]
+#[ignore = "open: a job held forever after a restart over a live daemon (see the comment)"]
+fn jobs_end_when_a_daemon_that_came_back_is_restarted_over_itself() {
+    let mut boots = vec![0u64; 60];
+    boots[..30].copy_from_slice(&[
+        2847, 1293, 2619, 343, 1013, 1426, 1178, 1210, 799, 585, 2671, 1758, 2713, 1090, 225, 2619,
+        427, 811, 2373, 758, 460, 145, 821, 523, 614, 2542, 1060, 2931, 28, 1093,
+    ]);
+    let mut latency = vec![5, 7, 2, 0, 4, 7, 2, 3, 4, 6, 0, 6, 0, 2, 3, 0];
+    latency[12] = 829;
+    latency[15] = 879;
+    scenario_with_relays(
+        30,
+        3,
+        boots,
+        latency,
+        None,
+        vec![
+            (6891, 31, false, 2914),
+            (7312, 2, false, 698),
+            (12318, 56, false, 1651),
+        ],
+        vec![],
+        vec![
+            (8614, None, 800),
+            (5292, None, 2886),
+            (13374, None, 138),
+            (8241, None, 2907),
+        ],
+        vec![40, 45],
+    )
+    .unwrap();
+}
