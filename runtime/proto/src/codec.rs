@@ -166,7 +166,13 @@ pub async fn respond<S: AsyncRead + AsyncWrite + Unpin>(
     key: &DvmKey,
 ) -> Result<Channel, String> {
     let first = read_message(s).await?;
-    let (second, channel) = Handshake::accept(key)?.respond(&first)?;
+    // The Diffie-Hellman work runs on the blocking pool: a parent answering many children at
+    // once uses every core, and its event loop stays free meanwhile.
+    let key = key.clone();
+    let (second, channel) =
+        tokio::task::spawn_blocking(move || Handshake::accept(&key)?.respond(&first))
+            .await
+            .map_err(|e| format!("key handshake: {e}"))??;
     s.write_all(&second)
         .await
         .map_err(|e| format!("key handshake: {e}"))?;
