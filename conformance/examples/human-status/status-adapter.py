@@ -8,6 +8,7 @@ The native command here prints a table like
 
     DVM cluster-prte-dvm: NOT formed (2/3 daemons joined), radix 3
     controller ctl cluster-prte-dvm.0;tcp://10.200.0.2:7817:0
+    links      authenticated and encrypted with the DVM key
       RANK  HOST  PARENT  TREE-PARENT  STATE
          0  ctl        -            -  joined
          1  n01        0            0  joined
@@ -24,6 +25,8 @@ import sys
 
 HEADER = re.compile(r"^DVM (\S+): (formed|NOT formed) \((\d+)/(\d+) daemons joined\)")
 CONTROLLER = re.compile(r"^controller (\S+) (\S+)\s*$")
+# Whether the DVM's links are authenticated (dvmlab prints it since it has a DVM key).
+LINKS = re.compile(r"^links\s+(authenticated and encrypted with the DVM key|UNAUTHENTICATED: .+)$")
 STATES = {"joined", "waiting", "lost"}
 
 
@@ -48,10 +51,13 @@ def parse(text):
     if not c:
         fail(f"line 2 is not a controller line: {lines[1]!r}")
     status["controller_uri"] = c.group(2)
-    if lines[2].split()[:2] != ["RANK", "HOST"]:
-        fail(f"line 3 is not the table header: {lines[2]!r}")
+    first = 2
+    if LINKS.match(lines[2]):
+        first = 3
+    if len(lines) <= first or lines[first].split()[:2] != ["RANK", "HOST"]:
+        fail(f"line {first + 1} is not the table header: {lines[min(first, len(lines) - 1)]!r}")
     members = []
-    for n, line in enumerate(lines[3:], start=4):
+    for n, line in enumerate(lines[first + 1:], start=first + 2):
         f = line.split()
         if (len(f) != 5 or not f[0].isdigit() or f[4] not in STATES
                 or not (f[2] == "-" or f[2].isdigit())):
