@@ -509,8 +509,23 @@ impl JobExec {
             .filter(|(_, j)| j.ranks.intersects(ids))
             .map(|(id, _)| *id)
             .collect();
-        if reach.is_empty() && !always {
+        // Jobs whose data came and whose add has not: a child that joins in between must get
+        // the data now, or the add that follows reaches it without any.
+        let pending: Vec<(JobId, IdSet, JobSpec)> = self
+            .infos
+            .iter()
+            .filter(|(id, _)| !self.jobs.contains_key(id))
+            .map(|(id, spec)| (*id, spec.placement.ranks(), spec.clone()))
+            .filter(|(_, ranks, _)| ranks.intersects(ids))
+            .collect();
+        if reach.is_empty() && pending.is_empty() && !always {
             return;
+        }
+        for (id, idset, spec) in pending {
+            self.emit(Output::SendDown {
+                link,
+                msg: ExecDown::JobInfo { idset, id, spec },
+            });
         }
         // Job data first, so a restarted child can still run what it is later told to add.
         let mut jobs = Vec::new();
