@@ -150,18 +150,18 @@ pub const MAX_HANDSHAKE_MESSAGE: usize = 256;
 /// Splits length-prefixed messages off the front of a byte stream. It holds at most one
 /// partial message once every complete one has been taken.
 #[derive(Default)]
-pub struct Deframer {
+struct Deframer {
     buf: BytesMut,
 }
 
 impl Deframer {
     /// Adds received bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
+    fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
 
     /// The next complete message, if one has arrived.
-    pub fn next_message(&mut self) -> Option<BytesMut> {
+    fn next_message(&mut self) -> Option<BytesMut> {
         let len = u16::from_be_bytes([*self.buf.first()?, *self.buf.get(1)?]) as usize;
         if self.buf.len() < 2 + len {
             return None;
@@ -204,16 +204,6 @@ impl Channel {
                 incoming: Deframer::default(),
             },
         })
-    }
-
-    /// Appends `plain`, sealed in records, to `out`.
-    pub fn seal(&mut self, plain: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        self.sealer.seal(plain, out)
-    }
-
-    /// See [`Opener::open`].
-    pub fn open(&mut self, bytes: &[u8], plain: &mut Vec<u8>) -> Result<(), String> {
-        self.opener.open(bytes, plain)
     }
 
     /// The two directions, for a writer and a reader that run apart.
@@ -285,35 +275,38 @@ mod tests {
         DvmKey([b; KEY_LEN])
     }
 
-    /// Runs a handshake between holders of `a` and `b`; both channels if it verified.
-    fn pair(a: &DvmKey, b: &DvmKey) -> Result<(Channel, Channel), String> {
+    /// One side's two directions.
+    type Side = (Sealer, Opener);
+
+    /// Runs a handshake between holders of `a` and `b`; both sides if it verified.
+    fn pair(a: &DvmKey, b: &DvmKey) -> Result<(Side, Side), String> {
         let (hi, first) = Handshake::initiate(a)?;
         let mut d = Deframer::default();
         d.push(&first);
         let (second, rc) = Handshake::accept(b)?.respond(&d.next_message().unwrap())?;
         d.push(&second);
         let ic = hi.finish(&d.next_message().unwrap())?;
-        Ok((ic, rc))
+        Ok((ic.split(), rc.split()))
     }
 
     #[test]
     fn holders_of_the_key_exchange_bytes_in_records_of_any_size() {
-        let (mut a, mut b) = pair(&key(7), &key(7)).unwrap();
+        let ((mut a_seal, mut a_open), (mut b_seal, mut b_open)) = pair(&key(7), &key(7)).unwrap();
         let big: Vec<u8> = (0..200_000u32).map(|i| (i * 31) as u8).collect();
         let mut wire = Vec::new();
-        a.seal(&big, &mut wire).unwrap();
-        a.seal(b"after", &mut wire).unwrap();
+        a_seal.seal(&big, &mut wire).unwrap();
+        a_seal.seal(b"after", &mut wire).unwrap();
         let mut got = Vec::new();
         // Delivered in awkward pieces, as TCP may.
         for piece in wire.chunks(777) {
-            b.open(piece, &mut got).unwrap();
+            b_open.open(piece, &mut got).unwrap();
         }
         assert_eq!(&got[..big.len()], &big[..]);
         assert_eq!(&got[big.len()..], b"after");
         let mut back = Vec::new();
-        b.seal(b"reply", &mut back).unwrap();
+        b_seal.seal(b"reply", &mut back).unwrap();
         let mut got = Vec::new();
-        a.open(&back, &mut got).unwrap();
+        a_open.open(&back, &mut got).unwrap();
         assert_eq!(got, b"reply");
     }
 
@@ -329,7 +322,8 @@ mod tests {
         let (_, first) = Handshake::initiate(&k).unwrap();
         // The responder answers a replay (it cannot tell), but the replayer, lacking the
         // initiator's ephemeral secret, can build no record the responder opens.
-        let (_, mut responder) = Handshake::accept(&k).unwrap().respond(&first[2..]).unwrap();
+        let (_, responder) = Handshake::accept(&k).unwrap().respond(&first[2..]).unwrap();
+        let (_, mut responder) = responder.split();
         let (hi, _) = Handshake::initiate(&k).unwrap();
         let (other_second, _) = Handshake::accept(&k)
             .unwrap()
@@ -346,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_tampered_or_repeated_record_does_not_open() {
-        let (mut a, mut b) = pair(&key(3), &key(3)).unwrap();
+        let ((mut a, _), (_, mut b)) = pair(&key(3), &key(3)).unwrap();
         let mut wire = Vec::new();
         a.seal(b"hello", &mut wire).unwrap();
         let mut bad = wire.clone();
@@ -354,7 +348,7 @@ mod tests {
         bad[last] ^= 1;
         let mut plain = Vec::new();
         assert!(b.open(&bad, &mut plain).is_err());
-        let (mut a, mut b) = pair(&key(3), &key(3)).unwrap();
+        let ((mut a, _), (_, mut b)) = pair(&key(3), &key(3)).unwrap();
         let mut wire = Vec::new();
         a.seal(b"once", &mut wire).unwrap();
         b.open(&wire, &mut plain).unwrap();

@@ -488,8 +488,8 @@ impl Signals {
     }
 }
 
-/// Accepts connections while fewer than [`MAX_PENDING_HANDSHAKES`] are still in their
-/// hello (the rest wait in the kernel's backlog), and closes at once any that would make
+/// Accepts connections while fewer than [`MAX_PENDING_HANDSHAKES`] are still in their key
+/// handshake or hello (the rest wait in the kernel's backlog), and closes at once any that would make
 /// more than [`MAX_CONNECTIONS`]: a flood of idle or slow clients cannot starve real peers
 /// or grow the daemon.
 async fn accept_loop(listener: tokio::net::TcpListener, ctx: Arc<Ctx>) {
