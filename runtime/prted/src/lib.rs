@@ -314,7 +314,7 @@ pub async fn run(
                         Timer::JobLimit(id) => Input::JobLimit(id),
                     };
                     tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
+                        after(delay).await;
                         let _ = ev.send(Event::Input(input)).await;
                     });
                 }
@@ -869,8 +869,17 @@ async fn read_frames<R: AsyncRead + Unpin>(
     let _ = ctx.events.send(net(overlay::Input::Closed { link })).await;
 }
 
+/// Waits `delay`, or not at all when it is zero: tokio rounds every timer up to its next
+/// millisecond tick, which a daemon's first connect to its parent would pay for nothing
+/// (a whole millisecond of formation, traced with strace).
+async fn after(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
 async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
-    tokio::time::sleep(delay).await;
+    after(delay).await;
     match try_connect(&ctx, addr).await {
         Ok((stream, sealer, frames)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
