@@ -329,6 +329,39 @@ pub struct Overrides {
     pub knobs: Option<Knobs>,
     /// Rewrite `TRACEABILITY.md` with this run's results.
     pub write_traceability: bool,
+    /// Several name filters, as libtest takes them: a trial runs if any matches (exactly,
+    /// with `--exact`). One filter may as well stay in the arguments.
+    pub filters: Vec<String>,
+}
+
+/// libtest options that take a value as the next word.
+const VALUED: &[&str] = &[
+    "--skip",
+    "--logfile",
+    "--test-threads",
+    "--color",
+    "--format",
+    "-Z",
+];
+
+/// Splits a command line into the arguments `libtest-mimic` parses and the name filters:
+/// libtest accepts any number of filters, `libtest-mimic` only one.
+pub fn split_filters(argv: Vec<String>) -> (Arguments, Vec<String>) {
+    let mut rest = Vec::new();
+    let mut filters = Vec::new();
+    let mut words = argv.into_iter();
+    rest.extend(words.next());
+    while let Some(w) = words.next() {
+        if VALUED.contains(&w.as_str()) {
+            rest.push(w);
+            rest.extend(words.next());
+        } else if w.starts_with('-') {
+            rest.push(w);
+        } else {
+            filters.push(w);
+        }
+    }
+    (Arguments::from_iter(rest), filters)
 }
 
 fn setup(over: &Overrides) -> Result<Suite, String> {
@@ -396,11 +429,13 @@ fn prune_old_records(dir: &Path) {
 
 /// The test binary's `main`.
 pub fn main() -> ExitCode {
+    let (args, filters) = split_filters(std::env::args().collect());
     let over = Overrides {
         write_traceability: std::env::var_os("DVMLAB_WRITE_TRACEABILITY").is_some(),
+        filters,
         ..Overrides::default()
     };
-    match run(&Arguments::from_args(), &over) {
+    match run(&args, &over) {
         Ok((code, _)) => code,
         Err(e) => {
             eprintln!("conformance: {e}");
@@ -431,6 +466,18 @@ pub fn run(args: &Arguments, over: &Overrides) -> Result<(ExitCode, Option<Resul
                 }));
             }
         }
+    }
+    if !over.filters.is_empty() {
+        let picked = |name: &str| {
+            over.filters.iter().any(|f| {
+                if args.exact {
+                    name == f
+                } else {
+                    name.contains(f.as_str())
+                }
+            })
+        };
+        trials.retain(|t| picked(t.name()));
     }
     let will_run = trials
         .iter()
@@ -508,4 +555,25 @@ fn finish(suite: &Suite, write_traceability: bool) -> Results {
     println!("{}", report::totals_line(&results));
     println!("{}", report::verdict_line(&results));
     results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn every_word_that_is_no_option_or_option_value_is_a_filter() {
+        let (args, filters) = split_filters(words(
+            "suite bootstrap.C1 --skip rfc33 --exact bootstrap.C2 --test-threads 1 --list",
+        ));
+        assert_eq!(filters, ["bootstrap.C1", "bootstrap.C2"]);
+        assert_eq!(args.skip, ["rfc33"]);
+        assert!(args.exact && args.list);
+        assert_eq!(args.test_threads, Some(1));
+        assert_eq!(args.filter, None);
+    }
 }

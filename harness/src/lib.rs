@@ -21,6 +21,7 @@ mod faults;
 pub mod gc;
 pub mod linkem;
 pub mod netns;
+pub mod observe;
 pub mod partition;
 pub mod process;
 pub mod schedule;
