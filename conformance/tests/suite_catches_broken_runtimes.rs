@@ -62,6 +62,7 @@ fn judge(profile: &Path, item: &str) -> (Outcome, String) {
                 seed_given: true,
             }),
             write_traceability: false,
+            filters: Vec::new(),
         },
     )
     .unwrap();
