@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter traceability lab lab-bins lab-image lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter conformance-probe traceability lab lab-bins lab-image lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -12,12 +12,13 @@ build:
 	cargo build --workspace --bins
 
 ## Lint, then every test of the workspace (the conformance suite included, and once more
-## through its worked-example adapter); tests that had to skip are listed loudly at the end.
+## through each worked-example adapter); tests that had to skip are listed loudly at the end.
 test: lint
 	@rm -f $(SKIPS)
 	export DVMLAB_SKIP_LOG=$(SKIPS) DVMLAB_SKIP_PROFILE_BUILD=1; \
 	cargo nextest run --workspace --no-fail-fast; status=$$?; \
 	$(MAKE) --no-print-directory conformance-adapter || status=1; \
+	$(MAKE) --no-print-directory conformance-probe || status=1; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \
@@ -34,6 +35,11 @@ conformance-matrix:
 ## The conformance suite through the worked-example adapter (human-readable status).
 conformance-adapter:
 	DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/human-status-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-adapter cargo test -p conformance --test conformance
+
+## The bootstrap catalog through the worked example of a runtime with no status command
+## (a probe job per status read; the tree read from the network).
+conformance-probe:
+	DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/probe-job-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-probe cargo test -p conformance --test conformance -- bootstrap
 
 ## Rerun the whole suite and rewrite conformance/TRACEABILITY.md with its results.
 traceability:

@@ -43,6 +43,10 @@ pub struct Item {
     /// Why a black-box suite cannot judge this item (it then has no tests and is NOT_RUN).
     #[serde(default)]
     pub out_of_scope: Option<String>,
+    /// How the item is judged, where that is not plain from its tests (e.g. from the
+    /// network rather than from what the runtime reports), and what changed in it.
+    #[serde(default)]
+    pub note: Option<String>,
 }
 
 /// One spec's catalog.

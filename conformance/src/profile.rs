@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::status::Field;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Implementation {
@@ -42,6 +44,27 @@ fn default_conf_path() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Command {
     pub command: Vec<String>,
+}
+
+/// The status command, and what its JSON reports.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusCmd {
+    pub command: Vec<String>,
+    /// The status JSON's fields beyond `formed` and the joined members' hosts (default: the
+    /// documented shape, without `job_messages`).
+    #[serde(default = "documented")]
+    pub reports: Vec<Field>,
+}
+
+fn documented() -> Vec<Field> {
+    Field::DOCUMENTED.to_vec()
+}
+
+impl StatusCmd {
+    pub fn reports(&self, f: Field) -> bool {
+        self.reports.contains(&f)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -95,10 +118,6 @@ pub struct Jobs {
     pub time_limit: Vec<String>,
     /// The environment variable that holds a job process's index (0 … nprocs-1).
     pub proc_env: String,
-    /// The status JSON carries `job_messages` (upward job-exec requests the controller
-    /// received, by kind), so the reductions can be checked.
-    #[serde(default)]
-    pub message_counters: bool,
     /// The environment variable naming a job process's barrier descriptor: the process
     /// writes `barrier SEQ` on a line and reads one line back once every process of the
     /// job entered barrier SEQ.
@@ -126,7 +145,7 @@ pub struct Features {
 struct Raw {
     implementation: Implementation,
     daemon: Daemon,
-    status: Command,
+    status: StatusCmd,
     stop: Stop,
     identity: Option<Command>,
     mca: Option<Mca>,
@@ -144,7 +163,7 @@ pub struct Profile {
     pub dir: PathBuf,
     pub implementation: Implementation,
     pub daemon: Daemon,
-    pub status: Command,
+    pub status: StatusCmd,
     pub stop: Stop,
     pub identity: Option<Command>,
     pub mca: Option<Mca>,
@@ -390,7 +409,11 @@ mod tests {
     #[test]
     fn shipped_profiles_load() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles");
-        for f in ["reference.toml", "human-status-example.toml"] {
+        for f in [
+            "reference.toml",
+            "human-status-example.toml",
+            "probe-job-example.toml",
+        ] {
             Profile::load(&dir.join(f)).unwrap();
         }
     }

@@ -28,6 +28,16 @@ pub struct TestRecord {
     pub message: Option<String>,
     /// Logs of every host involved, kept for a test that did not pass.
     pub logs: Vec<PathBuf>,
+    /// The verdicts of the aspects it judged (outcome, and the message of a non-pass).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub aspects: BTreeMap<String, AspectRecord>,
+}
+
+/// One aspect's verdict within a test's record.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AspectRecord {
+    pub outcome: Outcome,
+    pub message: Option<String>,
 }
 
 /// One item's result within one cell.

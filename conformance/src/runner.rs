@@ -16,7 +16,7 @@ use crate::checks::{self, TestDef};
 use crate::knobs::{Cell, Knobs};
 use crate::outcome::{Outcome, Problem};
 use crate::profile::Profile;
-use crate::report::{self, ItemRecord, ProfileInfo, Results, TestRecord};
+use crate::report::{self, AspectRecord, ItemRecord, ProfileInfo, Results, TestRecord};
 use crate::sut::Ctx;
 use crate::traceability;
 
@@ -121,22 +121,38 @@ impl Suite {
                     Err(Problem::Unresolved(format!("the test panicked: {msg}")))
                 }),
         };
-        let verdict = match verdict {
-            Err(Problem::NotRun(why)) if in_ci() => Err(Problem::Unresolved(format!(
-                "may not be skipped in CI: {why}"
-            ))),
-            Err(Problem::NotRun(why)) => {
-                announce_skip(def.name, &why);
-                Err(Problem::NotRun(why))
-            }
-            v => v,
+        let undeclared: Vec<String> = ctx
+            .aspects()
+            .into_keys()
+            .filter(|a| !def.aspects.contains(&a.as_str()))
+            .collect();
+        let verdict = if undeclared.is_empty() {
+            verdict
+        } else {
+            Err(Problem::Unresolved(format!(
+                "the test judged aspects it does not declare (a bug in the suite): {undeclared:?}"
+            )))
         };
+        let verdict = in_this_environment(def.name, verdict);
+        let aspects: BTreeMap<String, AspectRecord> = ctx
+            .aspects()
+            .into_iter()
+            .map(|(name, v)| {
+                let v = in_this_environment(&format!("{}/{name}", def.name), v);
+                let outcome = v.as_ref().err().map_or(Outcome::Pass, Problem::outcome);
+                let message = v.err().map(|p| p.to_string());
+                (name, AspectRecord { outcome, message })
+            })
+            .collect();
         let outcome = verdict
             .as_ref()
             .err()
             .map_or(Outcome::Pass, Problem::outcome);
         let mut logs = Vec::new();
-        let keep = matches!(outcome, Outcome::Fail | Outcome::Unresolved);
+        let keep = matches!(outcome, Outcome::Fail | Outcome::Unresolved)
+            || aspects
+                .values()
+                .any(|a| matches!(a.outcome, Outcome::Fail | Outcome::Unresolved));
         for c in ctx.clusters() {
             if keep {
                 let dest = self
@@ -158,15 +174,26 @@ impl Suite {
             }
             let _ = std::fs::remove_dir_all(&c.run_dir);
         }
-        let message = verdict.err().map(|p| {
-            let mut m = p.to_string();
-            let notes = ctx.notes();
+        let notes = ctx.notes();
+        let with_notes = |mut m: String| {
             if !notes.is_empty() {
                 m.push_str("\nwhat happened:\n");
-                for n in notes {
+                for n in &notes {
                     m.push_str(&format!("  {n}\n"));
                 }
             }
+            m
+        };
+        let aspects = aspects
+            .into_iter()
+            .map(|(name, mut a)| {
+                a.message = a.message.map(with_notes);
+                (name, a)
+            })
+            .collect();
+        let message = verdict.err().map(|p| {
+            let mut m = p.to_string();
+            m = with_notes(m);
             if keep && def.seeded {
                 m.push_str(&format!(
                     "\nreplay this run's fault schedule with DVMLAB_SEED={}\n",
@@ -181,7 +208,53 @@ impl Suite {
             duration_ms: started.elapsed().as_millis() as u64,
             message,
             logs,
+            aspects,
         }
+    }
+
+    /// The record of one catalog entry: a test (its premise), or `TEST/ASPECT` (the premise,
+    /// then that aspect).
+    fn entry_record(&self, cell: &Cell, entry: &str) -> TestRecord {
+        let (name, aspect) = match entry.split_once('/') {
+            Some((t, a)) => (t, Some(a)),
+            None => (entry, None),
+        };
+        let Some(def) = self.tests.get(name) else {
+            return TestRecord {
+                name: entry.to_string(),
+                outcome: Outcome::Unresolved,
+                duration_ms: 0,
+                message: Some(format!(
+                    "the catalog names test {name}, which does not exist"
+                )),
+                logs: Vec::new(),
+                aspects: BTreeMap::new(),
+            };
+        };
+        let mut r = self.test_result(cell, def);
+        let Some(aspect) = aspect else {
+            return r;
+        };
+        r.name = entry.to_string();
+        if r.outcome != Outcome::Pass {
+            return r;
+        }
+        match r.aspects.get(aspect) {
+            Some(a) => {
+                r.outcome = a.outcome;
+                r.message = a.message.clone();
+            }
+            None => {
+                r.outcome = Outcome::Unresolved;
+                r.message = Some(format!(
+                    "test {name} passed without judging its aspect {aspect}"
+                ));
+            }
+        }
+        if r.outcome == Outcome::Pass {
+            r.logs.clear();
+        }
+        r
     }
 
     fn run_item(&self, cell: &Cell, spec: &str, item: &Item) -> Result<Completion, Failed> {
@@ -191,21 +264,11 @@ impl Suite {
             )));
         }
         let started = Instant::now();
-        let mut tests = Vec::new();
-        for name in &item.tests {
-            match self.tests.get(name.as_str()) {
-                Some(def) => tests.push(self.test_result(cell, def)),
-                None => tests.push(TestRecord {
-                    name: name.clone(),
-                    outcome: Outcome::Unresolved,
-                    duration_ms: 0,
-                    message: Some(format!(
-                        "the catalog names test {name}, which does not exist"
-                    )),
-                    logs: Vec::new(),
-                }),
-            }
-        }
+        let tests: Vec<TestRecord> = item
+            .tests
+            .iter()
+            .map(|entry| self.entry_record(cell, entry))
+            .collect();
         let outcome = Outcome::combine(&tests.iter().map(|t| t.outcome).collect::<Vec<_>>());
         let reason = tests
             .iter()
@@ -280,15 +343,26 @@ impl Suite {
     }
 }
 
+/// A test's (or aspect's) verdict as this environment takes it: a test that cannot run here
+/// says so loudly, and in CI it is unresolved instead, so CI cannot pass by skipping.
+fn in_this_environment(name: &str, v: crate::outcome::Verdict) -> crate::outcome::Verdict {
+    match v {
+        Err(Problem::NotRun(why)) if in_ci() => Err(Problem::Unresolved(format!(
+            "may not be skipped in CI: {why}"
+        ))),
+        Err(Problem::NotRun(why)) => {
+            announce_skip(name, &why);
+            Err(Problem::NotRun(why))
+        }
+        v => v,
+    }
+}
+
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-fn meta_trials(
-    catalogs: &[Catalog],
-    registered: Vec<&'static str>,
-    regenerating: bool,
-) -> Vec<Trial> {
+fn meta_trials(catalogs: &[Catalog], registered: Vec<String>, regenerating: bool) -> Vec<Trial> {
     let cats = catalogs.to_vec();
     let cats2 = catalogs.to_vec();
     vec![
@@ -449,7 +523,14 @@ pub fn run(args: &Arguments, over: &Overrides) -> Result<(ExitCode, Option<Resul
     let suite = Arc::new(setup(over)?);
     let write_traceability = over.write_traceability;
     let mut trials = Vec::new();
-    let mut registered: Vec<&'static str> = suite.tests.keys().copied().collect();
+    let mut registered: Vec<String> = suite
+        .tests
+        .values()
+        .flat_map(|t| {
+            std::iter::once(t.name.to_string())
+                .chain(t.aspects.iter().map(move |a| format!("{}/{a}", t.name)))
+        })
+        .collect();
     registered.sort_unstable();
     trials.extend(meta_trials(&suite.catalogs, registered, write_traceability));
     for cell in suite.knobs.cells.clone() {

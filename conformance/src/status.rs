@@ -19,24 +19,85 @@ pub enum MemberState {
     Departed,
 }
 
+/// The parts of the status JSON beyond `formed` and the joined members' hosts, which a
+/// runtime may not be able to report; its profile says which it does (`[status] reports`).
+/// A test whose only evidence is a field the runtime does not report, and that the suite
+/// cannot observe itself, is UNSUPPORTED for that runtime, never FAIL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Field {
+    /// `namespace`.
+    Namespace,
+    /// `expected`: how many daemons the DVM has, controller included.
+    Expected,
+    /// `controller_uri`.
+    ControllerUri,
+    /// Each member's `rank`.
+    Ranks,
+    /// Each member's `parent`: the rank it is connected through.
+    Parents,
+    /// Every member listed with its `state` at all times, also while the DVM is not formed
+    /// (without it, only members known to be joined are listed).
+    States,
+    /// `job_messages`.
+    JobMessages,
+}
+
+impl Field {
+    /// What the status JSON holds when the profile says nothing: the documented shape.
+    pub const DOCUMENTED: [Field; 6] = [
+        Field::Namespace,
+        Field::Expected,
+        Field::ControllerUri,
+        Field::Ranks,
+        Field::Parents,
+        Field::States,
+    ];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Field::Namespace => "namespace",
+            Field::Expected => "expected",
+            Field::ControllerUri => "controller_uri",
+            Field::Ranks => "ranks",
+            Field::Parents => "parents",
+            Field::States => "states",
+            Field::JobMessages => "job_messages",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Member {
-    pub rank: u32,
+    #[serde(default)]
+    pub rank: Option<u32>,
     pub host: String,
     /// The rank it is connected through (`null` for the controller and members not joined).
+    #[serde(default)]
     pub parent: Option<u32>,
+    /// Without `states` a listed member is a joined one.
+    #[serde(default = "joined")]
     pub state: MemberState,
 }
 
-/// What the status command prints.
+fn joined() -> MemberState {
+    MemberState::Joined
+}
+
+/// What the status command prints. Only `formed` is always there; the rest is what the
+/// profile declares (checked by [`Status::parse`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Status {
-    pub namespace: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
     pub formed: bool,
-    pub expected: u32,
-    pub controller_uri: String,
+    #[serde(default)]
+    pub expected: Option<u32>,
+    #[serde(default)]
+    pub controller_uri: Option<String>,
+    #[serde(default)]
     pub members: Vec<Member>,
-    /// Upward job-exec requests the controller received, by kind (optional).
+    /// Upward job-exec requests the controller received, by kind.
     #[serde(default)]
     pub job_messages: Option<JobMessages>,
 }
@@ -68,6 +129,37 @@ pub struct JobView {
 }
 
 impl Status {
+    /// Parses the status JSON, which must carry every field in `reports`; the error says
+    /// which is missing.
+    pub fn parse(text: &str, reports: &[Field]) -> Result<Status, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text.trim()).map_err(|e| format!("not JSON ({e}): {text}"))?;
+        let lacks =
+            |what: &str| format!("it lacks {what}, which the profile says it reports: {text}");
+        for f in reports {
+            let ok = match f {
+                Field::Namespace => v["namespace"].is_string(),
+                Field::Expected => v["expected"].is_u64(),
+                Field::ControllerUri => v["controller_uri"].is_string(),
+                Field::JobMessages => v["job_messages"].is_object(),
+                Field::Ranks | Field::Parents | Field::States => {
+                    let key = match f {
+                        Field::Ranks => "rank",
+                        Field::Parents => "parent",
+                        _ => "state",
+                    };
+                    v["members"]
+                        .as_array()
+                        .is_some_and(|ms| ms.iter().all(|m| m.get(key).is_some()))
+                }
+            };
+            if !ok {
+                return Err(lacks(f.key()));
+            }
+        }
+        serde_json::from_value(v).map_err(|e| format!("not the status JSON ({e}): {text}"))
+    }
+
     pub fn joined(&self) -> usize {
         self.members
             .iter()
@@ -76,7 +168,7 @@ impl Status {
     }
 
     pub fn member(&self, rank: u32) -> Option<&Member> {
-        self.members.iter().find(|m| m.rank == rank)
+        self.members.iter().find(|m| m.rank == Some(rank))
     }
 
     /// Whether every one of `ranks` is joined.
@@ -99,16 +191,16 @@ impl Status {
     pub fn describe(&self) -> String {
         let mut s = format!(
             "namespace {}, formed {}, {}/{} joined, controller {}\n",
-            self.namespace,
+            self.namespace.as_deref().unwrap_or("(not reported)"),
             self.formed,
             self.joined(),
-            self.expected,
-            self.controller_uri
+            self.expected.map_or("?".into(), |e| e.to_string()),
+            self.controller_uri.as_deref().unwrap_or("(not reported)")
         );
         for m in &self.members {
             s.push_str(&format!(
                 "  rank {:>3} {:<12} parent {:<5} {:?}\n",
-                m.rank,
+                m.rank.map_or("?".into(), |r| r.to_string()),
                 m.host,
                 m.parent.map_or("-".to_string(), |p| p.to_string()),
                 m.state

@@ -1,6 +1,7 @@
 //! The system under test: an implementation's DVM on a harness cluster, driven only through
 //! its profile (daemon command, status, stop, identity), never through its code.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use dvmlab_harness::{wait_until, BackendKind, Cluster, ClusterSpec, IpMode, Prte
 use crate::knobs::Cell;
 use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
 use crate::profile::Profile;
-use crate::status::{Identity, Status};
+use crate::status::{Field, Identity, Status};
 
 /// A cluster a test built: where its logs are, for the report.
 #[derive(Debug, Clone)]
@@ -29,6 +30,7 @@ pub struct Ctx {
     pub test: String,
     notes: Mutex<Vec<String>>,
     clusters: Mutex<Vec<ClusterRecord>>,
+    aspects: Mutex<BTreeMap<String, Verdict>>,
 }
 
 impl Ctx {
@@ -40,7 +42,25 @@ impl Ctx {
             test: test.to_string(),
             notes: Mutex::new(Vec::new()),
             clusters: Mutex::new(Vec::new()),
+            aspects: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Judges one aspect of this test (see [`crate::checks::TestDef`]): its verdict is kept
+    /// and the test goes on. An aspect judged twice keeps its first failure.
+    pub fn aspect(&self, name: &str, v: Verdict) {
+        if let Ok(mut a) = self.aspects.lock() {
+            match a.get(name) {
+                Some(Err(_)) => {}
+                _ => {
+                    a.insert(name.to_string(), v);
+                }
+            }
+        }
+    }
+
+    pub fn aspects(&self) -> BTreeMap<String, Verdict> {
+        self.aspects.lock().map(|a| a.clone()).unwrap_or_default()
     }
 
     /// Records something that happened, for the failure report.
@@ -100,6 +120,20 @@ impl Ctx {
         }
     }
 
+    /// Unsupported unless the profile's status reports `field`: for a test whose only
+    /// evidence it is (the suite cannot observe it from outside).
+    pub fn need_report(&self, field: Field, what: &str) -> Verdict {
+        if self.profile.status.reports(field) {
+            Ok(())
+        } else {
+            Err(Problem::Unsupported(format!(
+                "{what} needs the status to report `{}`, which profile {} says it does not, and the suite cannot observe it from outside",
+                field.key(),
+                self.profile.path.display()
+            )))
+        }
+    }
+
     /// Unsupported unless the profile declares `feature`.
     pub fn need_feature(&self, feature: &str, declared: bool) -> Verdict {
         if declared {
@@ -126,6 +160,11 @@ pub struct Dvm<'a> {
     /// Words appended to the status and stop commands (e.g. an MCA override the daemons
     /// were also given).
     pub tool_args: Vec<String>,
+    /// The DVMPort its daemons connect to (7817 unless the test's configuration says).
+    pub port: u16,
+    /// Every upstream link the network showed so far: host -> peer -> when first seen.
+    links: Mutex<BTreeMap<String, BTreeMap<String, Duration>>>,
+    born: Instant,
     ctx: &'a Ctx,
 }
 
@@ -197,12 +236,71 @@ impl<'a> Dvm<'a> {
                 hosts: hosts.to_vec(),
             });
         }
+        let port = conf
+            .render()
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .find(|(k, _)| k.trim() == "DVMPort")
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or(7817);
         Ok(Dvm {
             cluster,
             ctl: hosts.first().cloned().unwrap_or_default(),
             tool_args: Vec::new(),
+            port,
+            links: Mutex::new(BTreeMap::new()),
+            born: Instant::now(),
             ctx,
         })
+    }
+
+    /// What the network shows now: for every host whose daemon runs, the hosts it holds an
+    /// established connection to on DVMPort (its upstream links, read from the kernel, not
+    /// from the runtime). Each link's first sighting is kept ([`Dvm::first_seen`]).
+    pub fn observe(&self) -> Result<BTreeMap<String, Vec<String>>, Problem> {
+        let mut now = BTreeMap::new();
+        for h in self.hosts() {
+            let peers = self
+                .cluster
+                .upstreams(&h, self.port)
+                .or_unresolved("reading a host's TCP connections")?;
+            now.insert(h, peers);
+        }
+        let at = self.born.elapsed();
+        if let Ok(mut links) = self.links.lock() {
+            for (h, peers) in &now {
+                let seen = links.entry(h.clone()).or_default();
+                for p in peers {
+                    seen.entry(p.clone()).or_insert(at);
+                }
+            }
+        }
+        Ok(now)
+    }
+
+    /// Whether the profile's status reports `f`.
+    pub fn reports(&self, f: Field) -> bool {
+        self.ctx.profile.status.reports(f)
+    }
+
+    /// When the suite first saw `host`'s daemon connected up to `peer`, since the DVM was
+    /// built (to the resolution of its status reads and observations).
+    pub fn first_seen(&self, host: &str, peer: &str) -> Option<Duration> {
+        self.links.lock().ok()?.get(host)?.get(peer).copied()
+    }
+
+    /// The cluster host a name or address a runtime reports stands for: the host itself, a
+    /// host's IP address, or a host's fully qualified name.
+    pub fn host_named(&self, reported: &str) -> Option<String> {
+        let hosts = self.hosts();
+        if hosts.iter().any(|h| h == reported) {
+            return Some(reported.to_string());
+        }
+        if let Ok(ip) = reported.parse() {
+            return self.cluster.host_of(ip).map(str::to_string);
+        }
+        let short = reported.split('.').next()?;
+        hosts.into_iter().find(|h| h == short)
     }
 
     pub fn start(&mut self, host: &str) -> Verdict {
@@ -246,17 +344,17 @@ impl<'a> Dvm<'a> {
         let mut argv = self.ctx.profile.status.command.clone();
         argv.extend(self.tool_args.iter().cloned());
         let (code, out, err) = self.run_on(&self.ctl, &argv, COMMAND_LIMIT).map_err(Err)?;
+        // The network is read at every status read, so a link is seen about when the
+        // runtime reports it.
+        self.observe().map_err(Err)?;
         if code != Some(0) {
             return Err(Ok(format!(
                 "status command exited {code:?}: {}",
                 err.trim()
             )));
         }
-        serde_json::from_str(out.trim()).map_err(|e| {
-            Ok(format!(
-                "status command printed something that is not the status JSON ({e}): {out}"
-            ))
-        })
+        Status::parse(&out, &self.ctx.profile.status.reports)
+            .map_err(|e| Ok(format!("status command printed {e}")))
     }
 
     /// The status now; no status at all is a failure to report one.

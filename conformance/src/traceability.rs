@@ -67,9 +67,12 @@ pub fn results_of(text: &str) -> BTreeMap<String, String> {
 
 /// Everything wrong with the catalogs' coverage: MUST items with no test, tests named by an
 /// item that do not exist, registered tests no item names.
-pub fn coverage_problems(catalogs: &[Catalog], registered: &[&str]) -> Vec<String> {
+///
+/// `registered` holds every test's name and every `TEST/ASPECT` it judges; an item names
+/// either, and every aspect must be named by some item.
+pub fn coverage_problems<S: AsRef<str>>(catalogs: &[Catalog], registered: &[S]) -> Vec<String> {
     let mut problems = Vec::new();
-    let known: BTreeSet<&str> = registered.iter().copied().collect();
+    let known: BTreeSet<&str> = registered.iter().map(AsRef::as_ref).collect();
     let mut used = BTreeSet::new();
     for c in catalogs {
         for it in &c.items {
@@ -81,7 +84,7 @@ pub fn coverage_problems(catalogs: &[Catalog], registered: &[&str]) -> Vec<Strin
                     used.insert(t.as_str());
                 } else {
                     problems.push(format!(
-                        "item {} names test {t}, which does not exist",
+                        "item {} names test {t}, which does not exist (or does not judge that aspect)",
                         it.id
                     ));
                 }
@@ -89,7 +92,14 @@ pub fn coverage_problems(catalogs: &[Catalog], registered: &[&str]) -> Vec<Strin
         }
     }
     for t in known.difference(&used) {
-        problems.push(format!("test {t} covers no item"));
+        if t.contains('/') {
+            problems.push(format!("aspect {t} is judged by no item"));
+        } else if !used
+            .iter()
+            .any(|u| u.strip_prefix(t).is_some_and(|r| r.starts_with('/')))
+        {
+            problems.push(format!("test {t} covers no item"));
+        }
     }
     problems
 }
@@ -134,7 +144,7 @@ mod tests {
         let p = coverage_problems(&cat(), &["t1", "t2"]);
         assert!(p.iter().any(|s| s.contains("x.b has no test")), "{p:?}");
         assert!(p.iter().any(|s| s.contains("t2 covers no item")), "{p:?}");
-        let p = coverage_problems(&cat(), &[]);
+        let p = coverage_problems::<&str>(&cat(), &[]);
         assert!(
             p.iter().any(|s| s.contains("t1, which does not exist")),
             "{p:?}"

@@ -12,6 +12,17 @@ use libtest_mimic::Arguments;
 
 /// Writes a profile that is the reference one with `daemon` and `status` commands replaced.
 fn broken_profile(dir: &Path, name: &str, daemon: &str, status: &str) -> PathBuf {
+    broken_profile_reporting(dir, name, daemon, status, None)
+}
+
+/// As [`broken_profile`], the status reporting only `reports` when given.
+fn broken_profile_reporting(
+    dir: &Path,
+    name: &str,
+    daemon: &str,
+    status: &str,
+    reports: Option<&str>,
+) -> PathBuf {
     let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/reference.toml");
     let text = std::fs::read_to_string(&reference).unwrap();
     let mut out = String::new();
@@ -23,6 +34,10 @@ fn broken_profile(dir: &Path, name: &str, daemon: &str, status: &str) -> PathBuf
         let line = match (section.as_str(), line.starts_with("command =")) {
             ("[daemon]", true) => format!("command = {daemon}"),
             ("[status]", true) => format!("command = {status}"),
+            ("[status]", false) if line.starts_with("reports =") => match reports {
+                Some(r) => format!("reports = {r}"),
+                None => line.to_string(),
+            },
             // The profile lives elsewhere now: build from the workspace explicitly.
             ("[implementation]", false) if line.starts_with("build =") => format!(
                 "build = [\"cargo\", \"build\", \"--quiet\", \"--manifest-path\", \"{}/../Cargo.toml\", \"-p\", \"dvmlab-runtime\", \"--bins\", \"--profile\", \"{{cargo_profile}}\"]",
@@ -103,5 +118,45 @@ fn a_daemon_that_lingers_on_a_malformed_conf_fails_the_no_equals_item() {
     let (o, why) = judge(&p, "bootstrap.conf.no-equals");
     assert_eq!(o, Outcome::Fail, "{why}");
     assert!(why.contains("still running"), "{why}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Daemons that read the configuration but connect straight to the controller: every
+/// DVMRadix is read as 64.
+const FLAT: &str = r#"["sh", "-c", "c=${PRTE_MCA_prte_bootstrap_conf:-/etc/prte.conf}; sed 's/^DVMRadix *=.*/DVMRadix=64/' \"$c\" > \"$TMPDIR/flat.conf\" && PRTE_MCA_prte_bootstrap_conf=\"$TMPDIR/flat.conf\" exec {build_dir}/prted --bootstrap"]"#;
+
+#[test]
+fn a_runtime_whose_daemons_skip_their_tree_parent_fails_the_tree_item_from_the_network() {
+    let dir = scratch("flat");
+    // Its status reports no parents: only the network can show where the daemons connect.
+    let p = broken_profile_reporting(
+        &dir,
+        "flat",
+        FLAT,
+        STATUS,
+        Some(r#"["namespace", "expected", "controller_uri", "ranks", "states"]"#),
+    );
+    let (o, why) = judge(&p, "bootstrap.radix.tree");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    assert!(
+        why.contains("as the network shows it") && why.contains("n04 -> ctl"),
+        "{why}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_status_that_claims_parents_its_sockets_contradict_fails_the_tree_item_showing_both() {
+    let dir = scratch("parent-liar");
+    // The daemons follow the tree; the status says every joined daemon hangs off rank 0.
+    let liar = r#"["sh", "-c", "{build_dir}/pctl status --json --timeout 5 | sed 's/\"parent\":[0-9][0-9]*/\"parent\":0/g'"]"#;
+    let p = broken_profile(&dir, "parent-liar", DAEMON, liar);
+    let (o, why) = judge(&p, "bootstrap.radix.tree");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    assert!(
+        why.contains("the status says n04's parent is rank Some(0) (ctl)")
+            && why.contains("its sockets say it is connected up to [\"n01\"]"),
+        "{why}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

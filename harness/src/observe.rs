@@ -83,7 +83,10 @@ fn process_tree(pid: u32) -> Vec<u32> {
         };
         for t in tasks.flatten() {
             let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            all.extend(kids.split_whitespace().filter_map(|k| k.parse::<u32>().ok()));
+            all.extend(
+                kids.split_whitespace()
+                    .filter_map(|k| k.parse::<u32>().ok()),
+            );
         }
     }
     all

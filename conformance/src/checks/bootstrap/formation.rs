@@ -5,9 +5,12 @@ use std::time::Duration;
 
 use dvmlab_harness::PrteConf;
 
-use super::{cell_nodes, conf, form_and_check, membership, with_ctl, FORM};
-use crate::outcome::{check, fail, OrUnresolved, Verdict};
-use crate::status::MemberState;
+use super::{
+    cell_nodes, conf, form_and_check, formed_with, membership, ranks_are, rooted_at_controller,
+    tree_is, wait_joined, with_ctl, FORM,
+};
+use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
+use crate::status::{tree_parent, Field, Identity};
 use crate::sut::{node_names, Ctx, Dvm};
 
 pub fn identical_command_on_every_host_forms_one_dvm(ctx: &Ctx) -> Verdict {
@@ -27,17 +30,44 @@ pub fn identical_command_on_every_host_forms_one_dvm(ctx: &Ctx) -> Verdict {
         hosts.len()
     ));
     let s = dvm.wait_formed(FORM)?;
-    check(
-        s.namespace == "conf1-prte-dvm",
-        "namespace conf1-prte-dvm (ClusterName conf1)",
-        s.namespace.clone(),
-    )?;
-    check(
-        s.controller_uri.ends_with(":0"),
-        "without DVMNetmask (or DVMNetworks) the controller contact is universally reachable: mask 0",
-        s.controller_uri.clone(),
-    )?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    membership(ctx, &dvm, &s, &hosts, Some(ctx.cell.radix))?;
+    ctx.aspect("root", rooted_at_controller(&dvm, &hosts));
+    ctx.aspect(
+        "namespace",
+        ctx.need_report(Field::Namespace, "the DVM's namespace")
+            .and_then(|()| {
+                let ns = s.namespace.clone().unwrap_or_default();
+                check(
+                    ns == "conf1-prte-dvm",
+                    "namespace conf1-prte-dvm (ClusterName conf1)",
+                    ns,
+                )
+            }),
+    );
+    ctx.aspect(
+        "mask",
+        ctx.need_report(Field::ControllerUri, "the controller contact's mask")
+            .and_then(|()| {
+                let uri = s.controller_uri.clone().unwrap_or_default();
+                check(
+                    uri.ends_with(":0"),
+                    "without DVMNetmask (or DVMNetworks) the controller contact is universally reachable: mask 0",
+                    uri,
+                )
+            }),
+    );
+    ctx.aspect(
+        "conf_location",
+        check(
+            ctx.profile.daemon.conf_path == "/etc/prte.conf",
+            "the daemon reads its configuration from /etc/prte.conf (the suite writes it only there)",
+            format!(
+                "profile {} places it at {}",
+                ctx.profile.path.display(),
+                ctx.profile.daemon.conf_path
+            ),
+        ),
+    );
     dvm.stop()
 }
 
@@ -50,7 +80,11 @@ pub fn operational_keys_do_not_change_formation(ctx: &Ctx) -> Verdict {
         .set("ControllerLogProcState", "true")
         .set("PRTEDLogJobState", "true")
         .set("PRTEDLogProcState", "true");
-    form_and_check(ctx, "opkeys", &hosts, &c, &hosts, ctx.cell.radix).map(|_| ())
+    let mut dvm = Dvm::new(ctx, "opkeys", &hosts, &c)?;
+    dvm.start_all()?;
+    let s = dvm.wait_formed(FORM)?;
+    formed_with(&dvm, &s, &hosts)?;
+    dvm.stop()
 }
 
 pub fn dvmnodes_ip_literals_match_hosts_by_address(ctx: &Ctx) -> Verdict {
@@ -72,7 +106,7 @@ pub fn dvmnodes_ip_literals_match_hosts_by_address(ctx: &Ctx) -> Verdict {
     let s = dvm.wait_formed(FORM)?;
     let mut by_rank = vec!["ctl".to_string()];
     by_rank.extend(literals);
-    membership(&s, &by_rank, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &by_rank)?;
     dvm.stop()
 }
 
@@ -81,22 +115,17 @@ pub fn controller_listed_in_dvmnodes_is_rank_0_and_its_entry_is_skipped(ctx: &Ct
     let mut listed = nodes.clone();
     listed.insert(listed.len() / 2, "ctl".into());
     let hosts = with_ctl(&nodes);
-    let s = form_and_check(
+    // The premise (formed with exactly these members) is the count: the DVMNodes entries,
+    // controller included.
+    form_and_check(
         ctx,
         "listed",
         &hosts,
         &conf(ctx, &listed),
         &hosts,
-        ctx.cell.radix,
-    )?;
-    check(
-        s.expected as usize == listed.len(),
-        format!(
-            "{} daemons: the DVMNodes count, controller included",
-            listed.len()
-        ),
-        format!("{}", s.expected),
+        Some(ctx.cell.radix),
     )
+    .map(|_| ())
 }
 
 pub fn ranks_follow_the_listed_order_of_dvmnodes_not_name_order(ctx: &Ctx) -> Verdict {
@@ -105,84 +134,99 @@ pub fn ranks_follow_the_listed_order_of_dvmnodes_not_name_order(ctx: &Ctx) -> Ve
     let k = order.len() / 3;
     order.rotate_left(k);
     let hosts = with_ctl(&order);
-    form_and_check(
-        ctx,
-        "order",
-        &hosts,
-        &conf(ctx, &order),
-        &hosts,
-        ctx.cell.radix,
-    )
-    .map(|_| ())
+    form_and_check(ctx, "order", &hosts, &conf(ctx, &order), &hosts, None).map(|_| ())
 }
 
+/// One DVMNodes syntax: forms a DVM whose DVMNodes is written that way; it must form with
+/// exactly the hosts it names (`Err` otherwise). The ranks' order is the returned verdict.
+fn forms_with_syntax(
+    ctx: &Ctx,
+    what: &str,
+    value: &str,
+    order: &[String],
+) -> Result<Verdict, Problem> {
+    let hosts = with_ctl(order);
+    let mut c = conf(ctx, order).set("ClusterName", "syntax");
+    let mut dvm = Dvm::new(ctx, &format!("syntax-{}", order[0]), &hosts, &c)?;
+    if value.is_empty() {
+        for h in &hosts {
+            let dir = dvm.cluster.etc_dir(h);
+            std::fs::write(
+                dir.join("dvmnodes.txt"),
+                format!("# nodes\n{}\n", order.join("\n")),
+            )
+            .or_unresolved("writing the node file")?;
+        }
+        let on_host = dvm
+            .cluster
+            .conf_path("ctl")
+            .parent()
+            .map(|p| p.join("dvmnodes.txt"))
+            .unwrap_or_default();
+        c = c.set("DVMNodes", format!("file:{}", on_host.display()));
+    } else {
+        c = c.set("DVMNodes", value);
+    }
+    dvm.cluster
+        .set_conf(&c.render())
+        .or_unresolved("writing prte.conf")?;
+    dvm.start_all()?;
+    let label = |p: Problem| match p {
+        Problem::Fail { expected, observed } => fail(
+            format!("DVMNodes as {what} ({}): {expected}", c.render().trim()),
+            observed,
+        ),
+        other => other,
+    };
+    let st = dvm.wait_formed(FORM).map_err(label)?;
+    formed_with(&dvm, &st, &hosts).map_err(label)?;
+    let ranks = ranks_are(ctx, &dvm, &st, &hosts).map_err(label);
+    dvm.stop()?;
+    Ok(ranks)
+}
+
+/// Every DVMNodes syntax, each an aspect of its own (`list`, `ranges`, `several_ranges`,
+/// `regex`, `file`): each forms the DVM of the hosts it names. Aspect `order`: with every
+/// syntax the ranks follow the order it lists them in.
 pub fn every_dvmnodes_syntax_gives_the_same_membership(ctx: &Ctx) -> Verdict {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let cases: Vec<(&str, String, Vec<String>)> = vec![
-        ("list", "b2,a1,c3".into(), s(&["b2", "a1", "c3"])),
+    let cases: Vec<(&str, &str, Vec<String>)> = vec![
+        ("list", "b2,a1,c3", s(&["b2", "a1", "c3"])),
         (
-            "padded range with suffix",
-            "rack[3:1-2,7]-ib".into(),
+            "ranges",
+            "rack[3:1-2,7]-ib",
             s(&["rack001-ib", "rack002-ib", "rack007-ib"]),
         ),
         (
-            "several ranges",
-            "n[1:1-3],n[2:10-11]".into(),
+            "several_ranges",
+            "n[1:1-3],n[2:10-11]",
             s(&["n1", "n2", "n3", "n10", "n11"]),
         ),
-        (
-            "PMIx native regex",
-            "pmix[x[2:1-2],y]".into(),
-            s(&["x01", "x02", "y"]),
-        ),
-        ("file", String::new(), s(&["f3", "f1", "f2"])),
+        ("regex", "pmix[x[2:1-2],y]", s(&["x01", "x02", "y"])),
+        ("file", "", s(&["f3", "f1", "f2"])),
     ];
+    // A syntax the runtime does not form with fails its own aspect, not the others'.
+    let mut ordered = Ok(());
     for (what, value, order) in cases {
-        let hosts = with_ctl(&order);
-        let mut c = conf(ctx, &order).set("ClusterName", "syntax");
-        let mut dvm = Dvm::new(ctx, &format!("syntax-{}", order[0]), &hosts, &c)?;
-        if what == "file" {
-            for h in &hosts {
-                let dir = dvm.cluster.etc_dir(h);
-                std::fs::write(
-                    dir.join("dvmnodes.txt"),
-                    format!("# nodes\n{}\n", order.join("\n")),
-                )
-                .or_unresolved("writing the node file")?;
+        match forms_with_syntax(ctx, what, value, &order) {
+            Ok(ranks) => {
+                ctx.aspect(what, Ok(()));
+                if ordered.is_ok() {
+                    ordered = ranks;
+                }
             }
-            let on_host = dvm
-                .cluster
-                .conf_path("ctl")
-                .parent()
-                .map(|p| p.join("dvmnodes.txt"))
-                .unwrap_or_default();
-            c = c.set("DVMNodes", format!("file:{}", on_host.display()));
-        } else {
-            c = c.set("DVMNodes", &value);
+            Err(p) => ctx.aspect(what, Err(p)),
         }
-        dvm.cluster
-            .set_conf(&c.render())
-            .or_unresolved("writing prte.conf")?;
-        dvm.start_all()?;
-        let st = dvm.wait_formed(FORM).map_err(|p| match p {
-            crate::outcome::Problem::Fail { expected, observed } => fail(
-                format!("DVMNodes as {what} ({}): {expected}", c.render().trim()),
-                observed,
-            ),
-            other => other,
-        })?;
-        membership(&st, &hosts, ctx.cell.radix)?;
-        dvm.stop()?;
     }
+    ctx.aspect("order", ordered);
     Ok(())
 }
 
+/// Aspects `derived` (each host derives the namespace and the rank DVMNodes gives it, by
+/// the profile's identity command), `election` (exactly one daemon, the one on
+/// DVMControllerHost, derives the controller role) and `ranks` (the controller reports the
+/// ranks the daemons derived).
 pub fn every_daemon_derives_the_identity_the_controller_reports(ctx: &Ctx) -> Verdict {
-    if ctx.profile.identity.is_none() {
-        return Err(crate::outcome::Problem::Unsupported(
-            "the profile has no [identity] command".into(),
-        ));
-    }
     let nodes = node_names(6);
     let hosts = with_ctl(&nodes);
     let c = conf(ctx, &nodes)
@@ -192,46 +236,57 @@ pub fn every_daemon_derives_the_identity_the_controller_reports(ctx: &Ctx) -> Ve
         .map(String::from)
         .to_vec();
     let mut dvm = Dvm::new(ctx, "identity", &hosts, &c)?;
-    let mut controllers = Vec::new();
-    for h in &hosts {
-        let id = dvm.identity(h)?;
-        let want = by_rank.iter().position(|x| x == h).unwrap_or(usize::MAX) as u32;
-        check(
-            id.namespace == "ident-prte-dvm" && id.rank == want,
-            format!("{h} derives ident-prte-dvm rank {want}"),
-            format!("{id:?}"),
-        )?;
-        if id.role == "controller" {
-            controllers.push(h.clone());
+    let ids: Result<Vec<(String, Identity)>, Problem> = hosts
+        .iter()
+        .map(|h| dvm.identity(h).map(|id| (h.clone(), id)))
+        .collect();
+    let (derived, election) = match ids {
+        Err(p) => (Err(p.clone()), Err(p)),
+        Ok(ids) => {
+            let derived = ids.iter().try_for_each(|(h, id)| {
+                let want = by_rank.iter().position(|x| x == h).unwrap_or(usize::MAX) as u32;
+                check(
+                    id.namespace == "ident-prte-dvm" && id.rank == want,
+                    format!("{h} derives ident-prte-dvm rank {want}"),
+                    format!("{id:?}"),
+                )
+            });
+            let controllers: Vec<&String> = ids
+                .iter()
+                .filter(|(_, id)| id.role == "controller")
+                .map(|(h, _)| h)
+                .collect();
+            let election = check(
+                controllers == ["ctl"],
+                "exactly one daemon, the one on DVMControllerHost, elects itself controller",
+                format!("controllers: {controllers:?}"),
+            );
+            (derived, election)
         }
-    }
-    check(
-        controllers == ["ctl"],
-        "exactly one daemon, the one on DVMControllerHost, elects itself controller",
-        format!("controllers: {controllers:?}"),
-    )?;
+    };
+    ctx.aspect("derived", derived);
+    ctx.aspect("election", election);
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &by_rank, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &by_rank)?;
+    ctx.aspect("ranks", ranks_are(ctx, &dvm, &s, &by_rank));
     dvm.stop()
 }
 
 pub fn default_cluster_name_gives_namespace_cluster_prte_dvm(ctx: &Ctx) -> Verdict {
+    ctx.need_report(Field::Namespace, "the DVM's namespace")?;
     let nodes = node_names(2);
     let hosts = with_ctl(&nodes);
-    let s = form_and_check(
-        ctx,
-        "nsdefault",
-        &hosts,
-        &conf(ctx, &nodes),
-        &hosts,
-        ctx.cell.radix,
-    )?;
+    let mut dvm = Dvm::new(ctx, "nsdefault", &hosts, &conf(ctx, &nodes))?;
+    dvm.start_all()?;
+    let s = dvm.wait_formed(FORM)?;
+    let ns = s.namespace.clone().unwrap_or_default();
     check(
-        s.namespace == "cluster-prte-dvm",
+        ns == "cluster-prte-dvm",
         "namespace cluster-prte-dvm when ClusterName is not set",
-        s.namespace,
-    )
+        ns,
+    )?;
+    dvm.stop()
 }
 
 pub fn formed_is_reported_only_after_every_dvmnodes_node_reported_in(ctx: &Ctx) -> Verdict {
@@ -242,9 +297,7 @@ pub fn formed_is_reported_only_after_every_dvmnodes_node_reported_in(ctx: &Ctx) 
     let others: Vec<String> = hosts.iter().filter(|h| **h != last).cloned().collect();
     dvm.start_many(&others)?;
     ctx.note(format!("started all but {last}"));
-    dvm.wait_status(FORM, "every started daemon joined", |s| {
-        s.joined() == others.len()
-    })?;
+    wait_joined(&dvm, &others[1..], "every started daemon joined")?;
     dvm.holds_for(
         Duration::from_secs(3),
         &format!("formed stays false while {last} has not reported in"),
@@ -253,7 +306,7 @@ pub fn formed_is_reported_only_after_every_dvmnodes_node_reported_in(ctx: &Ctx) 
     dvm.start(&last)?;
     ctx.note(format!("started {last}"));
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -267,12 +320,10 @@ pub fn radix_defaults_to_64(ctx: &Ctx) -> Verdict {
     let mut dvm = Dvm::new(ctx, "radix64", &hosts, &c)?;
     dvm.start_all()?;
     let s = dvm.wait_formed(Duration::from_secs(60))?;
-    membership(&s, &hosts, 64)?;
-    check(
-        s.member(65).and_then(|m| m.parent) == Some(1)
-            && s.members.iter().all(|m| m.state == MemberState::Joined),
-        "rank 65 under rank 1, as radix 64 puts it",
-        s.describe(),
-    )?;
+    formed_with(&dvm, &s, &hosts)?;
+    // Ranks 1-64 under the controller and 65 under rank 1 is radix 64, whatever the
+    // status reports: the network shows it.
+    let ranks: Vec<u32> = (1..hosts.len() as u32).collect();
+    tree_is(&dvm, &s, &hosts, &ranks, &|r| tree_parent(r, 64))?;
     dvm.stop()
 }

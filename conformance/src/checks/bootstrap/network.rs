@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use dvmlab_harness::IpMode;
 
-use super::{conf, membership, with_ctl, FORM};
+use super::{conf, formed_with, with_ctl, FORM};
 use crate::outcome::{check, fail, Problem, Verdict};
+use crate::status::Field;
 use crate::sut::{node_names, Ctx, Dvm};
 
 /// Four nodes and the controller.
@@ -106,18 +107,19 @@ pub fn ipv6_only_dvm_uses_no_ipv4_at_all(ctx: &Ctx) -> Verdict {
     let mut dvm = Dvm::with(ctx, "v6only", &hosts, &c, |s| s.ip = IpMode::Dual)?;
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &hosts)?;
     let ctl = dvm
         .cluster
         .host("ctl")
         .map_err(Problem::Unresolved)?
         .clone();
-    if let (Some(v4), Some(v6)) = (ctl.v4, ctl.v6) {
+    // The contact the daemons use shows in their sockets (below); a status that reports
+    // the contact must name the IPv6 address too.
+    if let (Some(uri), Some(v4), Some(v6)) = (&s.controller_uri, ctl.v4, ctl.v6) {
         check(
-            s.controller_uri.contains(&v6.to_string())
-                && !s.controller_uri.contains(&v4.to_string()),
+            uri.contains(&v6.to_string()) && !uri.contains(&v4.to_string()),
             format!("the controller's contact names its IPv6 address {v6}"),
-            s.controller_uri.clone(),
+            uri.clone(),
         )?;
     }
     for h in &hosts {
@@ -216,30 +218,48 @@ pub fn dvmnetworks_picks_the_interconnect_address_on_dual_homed_hosts(ctx: &Ctx)
         .iter()
         .map(|h| both_addrs(&dvm, ctx, h).map(|(a, _)| a))
         .collect::<Result<_, _>>()?;
-    for networks in [cidr.as_str(), "eth1"] {
+    // Aspects: `cidr` and `iface` (traffic stays on the network named by a CIDR subnet, by
+    // an interface name), `mask` (the CIDR's prefix is the contact's mask).
+    for (aspect, networks) in [("cidr", cidr.as_str()), ("iface", "eth1")] {
         dvm.cluster
             .set_conf(&base.clone().set("DVMNetworks", networks).render())
             .map_err(|e| Problem::Unresolved(e.to_string()))?;
         dvm.start_all()?;
         let s = dvm.wait_formed(FORM)?;
-        let (_, ctl_on) = both_addrs(&dvm, ctx, "ctl")?;
-        let ctl_ip = ctl_on.trim_matches(|c| c == '[' || c == ']' || c == ':');
-        check(
-            s.controller_uri.contains(ctl_ip) && s.controller_uri.ends_with(&format!(":{prefix}")),
-            format!(
-                "DVMNetworks={networks}: the controller contact is on {ctl_ip} with the prefix's mask {prefix}"
-            ),
-            s.controller_uri.clone(),
-        )?;
+        formed_with(&dvm, &s, &hosts)?;
+        if aspect == "cidr" {
+            let (_, ctl_on) = both_addrs(&dvm, ctx, "ctl")?;
+            let ctl_ip = ctl_on
+                .trim_matches(|c| c == '[' || c == ']' || c == ':')
+                .to_string();
+            ctx.aspect(
+                "mask",
+                ctx.need_report(Field::ControllerUri, "the controller contact's mask")
+                    .and_then(|()| {
+                        let uri = s.controller_uri.clone().unwrap_or_default();
+                        check(
+                            uri.contains(&ctl_ip) && uri.ends_with(&format!(":{prefix}")),
+                            format!(
+                                "DVMNetworks={networks}: the controller contact is on {ctl_ip} with the prefix's mask {prefix}"
+                            ),
+                            uri,
+                        )
+                    }),
+            );
+        }
+        let mut on_network = Ok(());
         for h in &hosts {
             let socks = dvm.tcp_sockets(h)?;
             let (_, on) = both_addrs(&dvm, ctx, h)?;
-            check(
-                socks.contains(&on) && !firsts.iter().any(|a| socks.contains(a)),
-                format!("DVMNetworks={networks}: {h} talks on {on} only, never on {cidr}'s sibling network"),
-                socks,
-            )?;
+            if on_network.is_ok() {
+                on_network = check(
+                    socks.contains(&on) && !firsts.iter().any(|a| socks.contains(a)),
+                    format!("DVMNetworks={networks}: {h} talks on {on} only, never on {cidr}'s sibling network"),
+                    socks,
+                );
+            }
         }
+        ctx.aspect(aspect, on_network);
         dvm.stop()?;
     }
     Ok(())
@@ -268,6 +288,7 @@ pub fn an_ambiguous_multi_homed_host_is_refused_naming_the_host(ctx: &Ctx) -> Ve
 pub fn dvmnetmask_overrides_the_mask_in_the_contact_uri(ctx: &Ctx) -> Verdict {
     ctx.need_own_networks("dual-homed hosts")?;
     ctx.need_feature("dvmnetworks", ctx.profile.features.dvmnetworks)?;
+    ctx.need_report(Field::ControllerUri, "the controller contact's mask")?;
     let (nodes, hosts) = small();
     let (mask, want) = if ctx.cell.ip == 6 {
         ("112", ":112")
@@ -283,10 +304,11 @@ pub fn dvmnetmask_overrides_the_mask_in_the_contact_uri(ctx: &Ctx) -> Verdict {
         .map_err(|e| Problem::Unresolved(e.to_string()))?;
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
+    let uri = s.controller_uri.clone().unwrap_or_default();
     check(
-        s.controller_uri.ends_with(want),
+        uri.ends_with(want),
         format!("DVMNetmask={mask} gives the contact's mask {want}"),
-        s.controller_uri.clone(),
+        uri,
     )?;
     dvm.stop()
 }
@@ -306,7 +328,7 @@ pub fn names_match_short_by_default(ctx: &Ctx) -> Verdict {
     })?;
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -321,7 +343,7 @@ pub fn keep_fqdn_hostnames_matches_fully_qualified_names_only(ctx: &Ctx) -> Verd
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
     let fq: Vec<String> = hosts.iter().map(|h| format!("{h}.lab.example")).collect();
-    membership(&s, &fq, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &fq)?;
     dvm.stop()?;
     let other = fq_conf(ctx, &nodes, "elsewhere.example").set("KeepFQDNHostnames", "true");
     dvm.cluster

@@ -6,9 +6,11 @@ use std::time::{Duration, Instant};
 use dvmlab_harness::schedule::{Schedule, ScheduleSpec};
 use dvmlab_harness::{Direction, Impairment};
 
-use super::{cell_nodes, conf, membership, with_ctl, FORM};
+use super::{
+    cell_nodes, conf, formed_with, joined_now, links_match, tree_is, wait_joined, with_ctl, FORM,
+};
 use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
-use crate::status::{tree_parent, MemberState, Status};
+use crate::status::tree_parent;
 use crate::sut::{node_names, Ctx, Dvm};
 
 pub fn controller_booted_20_seconds_late_still_forms_the_dvm(ctx: &Ctx) -> Verdict {
@@ -32,7 +34,7 @@ pub fn controller_booted_20_seconds_late_still_forms_the_dvm(ctx: &Ctx) -> Verdi
     dvm.start("ctl")?;
     ctx.note("started the controller 20 s late");
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -41,8 +43,8 @@ pub fn retries_to_the_controller_back_off_up_to_the_max_delay(ctx: &Ctx) -> Verd
     let nodes = node_names(2);
     let hosts = with_ctl(&nodes);
     let base = conf(ctx, &nodes);
-    let port = 7817;
     let mut dvm = Dvm::new(ctx, "backoff", &hosts, &base)?;
+    let port = dvm.port;
     // n01 keeps the default cap (5 s); n02 is capped at 1 s.
     dvm.cluster
         .set_host_conf("n02", &base.clone().set("DVMRetryMaxDelay", 1).render())
@@ -87,40 +89,48 @@ pub fn retries_to_the_controller_back_off_up_to_the_max_delay(ctx: &Ctx) -> Verd
         "n02 (cap 1 s) attempts at s: {}",
         show(&attempts[1])
     ));
-    for (i, (h, cap)) in [("n01", 5.0), ("n02", 1.0)].into_iter().enumerate() {
+    // Aspects: `backoff` (n02, capped at 1 s: frequent at first, then every second) and
+    // `default_cap` (n01, no DVMRetryMaxDelay: then every 5 s).
+    for (i, (aspect, h, cap)) in [("default_cap", "n01", 5.0), ("backoff", "n02", 1.0)]
+        .into_iter()
+        .enumerate()
+    {
         let a = &attempts[i];
-        let early = a.iter().filter(|t| **t < Duration::from_secs(2)).count();
-        check(
-            early >= 3,
-            format!("{h} retries frequently at first (at least 3 attempts in its first 2 s)"),
-            format!("{early} attempts: {}", show(a)),
-        )?;
-        // Once backed off (after 15 s), attempts come at the cap: never much slower, and
-        // not much faster either.
-        let late: Vec<Duration> = a
-            .iter()
-            .copied()
-            .filter(|t| *t >= Duration::from_secs(15))
-            .collect();
-        let g = gaps(&late);
-        let (lo, hi) = (cap * 0.6, cap * 1.3 + 0.4);
-        check(
-            late.len() >= 2 && g.iter().all(|x| (lo..=hi).contains(x)),
-            format!(
-                "{h} retries every {cap} s once backed off (gaps between {lo:.1} and {hi:.1} s after 15 s)"
-            ),
-            format!("gaps {g:?}; attempts at {}", show(a)),
-        )?;
-        let first = gaps(a).into_iter().next().unwrap_or(f64::MAX);
-        check(
-            first < 0.5,
-            format!("{h}'s first retry comes quickly (well under a second)"),
-            format!("first gap {first} s"),
-        )?;
+        let judged = (|| {
+            let early = a.iter().filter(|t| **t < Duration::from_secs(2)).count();
+            check(
+                early >= 3,
+                format!("{h} retries frequently at first (at least 3 attempts in its first 2 s)"),
+                format!("{early} attempts: {}", show(a)),
+            )?;
+            let first = gaps(a).into_iter().next().unwrap_or(f64::MAX);
+            check(
+                first < 0.5,
+                format!("{h}'s first retry comes quickly (well under a second)"),
+                format!("first gap {first} s"),
+            )?;
+            // Once backed off (after 15 s), attempts come at the cap: never much slower,
+            // and not much faster either.
+            let late: Vec<Duration> = a
+                .iter()
+                .copied()
+                .filter(|t| *t >= Duration::from_secs(15))
+                .collect();
+            let g = gaps(&late);
+            let (lo, hi) = (cap * 0.6, cap * 1.3 + 0.4);
+            check(
+                late.len() >= 2 && g.iter().all(|x| (lo..=hi).contains(x)),
+                format!(
+                    "{h} retries every {cap} s once backed off (gaps between {lo:.1} and {hi:.1} s after 15 s)"
+                ),
+                format!("gaps {g:?}; attempts at {}", show(a)),
+            )
+        })();
+        ctx.aspect(aspect, judged);
     }
     dvm.start("ctl")?;
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -165,37 +175,46 @@ fn heal_past(ctx: &Ctx, radix: u32, n: usize, missing: &[u32]) -> Verdict {
             "the missing ranks have no children".into(),
         ));
     }
-    let expect_parent = |s: &Status| {
-        (0..=n as u32)
-            .filter(|r| !missing.contains(r) && *r != 0)
-            .all(|r| {
-                s.member(r).is_some_and(|m| {
-                    m.state == MemberState::Joined && m.parent == nearest_booted(r, radix, missing)
-                })
-            })
-    };
-    let s = dvm.wait_status(
-        FORM,
+    // Aspect `heal`: every booted daemon joined through its nearest booted ancestor (the
+    // network shows the links; a status that reports states must say joined).
+    let booted_ranks: Vec<u32> = (1..=n as u32).filter(|r| !missing.contains(r)).collect();
+    let booted_hosts: Vec<String> = booted_ranks
+        .iter()
+        .map(|r| hosts[*r as usize].clone())
+        .collect();
+    let parent_of = |r: u32| nearest_booted(r, radix, missing);
+    let healed = wait_joined(
+        &dvm,
+        &booted_hosts,
         &format!(
             "every booted daemon joined through its nearest booted ancestor (orphans {orphans:?} healed past {missing:?})"
         ),
-        expect_parent,
-    )?;
-    check(
-        !s.formed,
-        "not formed while DVMNodes members are missing",
-        s.describe(),
-    )?;
+    )
+    .and_then(|_| {
+        dvm.wait_status(FORM, "the booted daemons connected up to their nearest booted ancestors", |_| {
+            dvm.observe()
+                .is_ok_and(|l| links_match(&hosts, &l, &booted_ranks, &parent_of).is_ok())
+        })
+    })
+    .and_then(|s| tree_is(&dvm, &s, &hosts, &booted_ranks, &parent_of));
+    ctx.aspect("heal", healed);
+    // Aspect `not_formed`: meanwhile the DVM is not reported formed.
+    ctx.aspect(
+        "not_formed",
+        dvm.status_now("a status").and_then(|s| {
+            check(
+                !s.formed,
+                "not formed while DVMNodes members are missing",
+                s.describe(),
+            )
+        }),
+    );
     for r in missing.iter().rev() {
         dvm.start(&hosts[*r as usize])?;
     }
     ctx.note("booted the missing daemons");
     let s = dvm.wait_formed(FORM)?;
-    check(
-        s.members.iter().all(|m| m.state == MemberState::Joined),
-        "every member joined",
-        s.describe(),
-    )?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -228,11 +247,9 @@ pub fn a_child_whose_parent_cannot_answer_heals_to_the_next_ancestor(ctx: &Ctx) 
     ctx.note("partitioned n01 -x> n03 (one way) before boot");
     dvm.start_all()?;
     let s = dvm.wait_formed(FORM)?;
-    check(
-        s.member(3).and_then(|m| m.parent) == Some(0),
-        "rank 3 joined through the controller, having healed past its unanswering parent",
-        s.describe(),
-    )?;
+    formed_with(&dvm, &s, &hosts)?;
+    // Rank 3 healed past its unanswering parent to the controller.
+    tree_is(&dvm, &s, &hosts, &[3], &|_| Some(0))?;
     dvm.stop()
 }
 
@@ -245,16 +262,21 @@ pub fn connect_max_time_zero_disables_healing(ctx: &Ctx) -> Verdict {
     let mut dvm = Dvm::new(ctx, "noheal", &hosts, &c)?;
     let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
     dvm.start_many(&booted)?;
-    dvm.wait_status(FORM, "ranks 2, 4, 6 joined", |s| s.all_joined(&[2, 4, 6]))?;
+    let host = |r: usize| hosts[r].clone();
+    wait_joined(&dvm, &[host(2), host(4), host(6)], "ranks 2, 4, 6 joined")?;
     // Longer than the 30 s default, so a 0 read as "use the default" shows.
+    let waiting = [host(3), host(5)];
     dvm.holds_for(
         Duration::from_secs(36),
         "ranks 3 and 5 keep waiting for their parent 1 (DVMConnectMaxTime=0: no healing)",
-        |s| s.none_joined(&[3, 5]),
+        |s| {
+            dvm.observe()
+                .is_ok_and(|l| waiting.iter().all(|h| !joined_now(&dvm, s, &l, h)))
+        },
     )?;
     dvm.start("n01")?;
     let s = dvm.wait_formed(FORM)?;
-    membership(&s, &hosts, 2)?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -267,22 +289,28 @@ pub fn connect_max_time_defaults_to_30_seconds(ctx: &Ctx) -> Verdict {
     let booted: Vec<String> = hosts.iter().filter(|h| *h != "n01").cloned().collect();
     let t0 = Instant::now();
     dvm.start_many(&booted)?;
-    let waiting = |s: &Status| s.none_joined(&[3]);
+    let n03 = hosts[3].clone();
     // The window starts once the controller answers (the booted ranks joined).
-    dvm.wait_status(FORM, "ranks 2 and 4 joined", |s| s.all_joined(&[2, 4]))?;
+    wait_joined(
+        &dvm,
+        &[hosts[2].clone(), hosts[4].clone()],
+        "ranks 2 and 4 joined",
+    )?;
     dvm.holds_for(
         Duration::from_secs(20),
         "rank 3 does not heal past its missing parent 1 within 20 s (default 30 s)",
-        waiting,
+        |s| dvm.observe().is_ok_and(|l| !joined_now(&dvm, s, &l, &n03)),
     )?;
     let s = dvm.wait_status(
         Duration::from_secs(25),
         "rank 3 healed to the controller by about 30 s after it booted",
         |s| {
-            s.member(3)
-                .is_some_and(|m| m.state == MemberState::Joined && m.parent == Some(0))
+            dvm.observe().is_ok_and(|l| {
+                joined_now(&dvm, s, &l, &n03) && links_match(&hosts, &l, &[3], &|_| Some(0)).is_ok()
+            })
         },
     )?;
+    tree_is(&dvm, &s, &hosts, &[3], &|_| Some(0))?;
     ctx.note(format!("rank 3 joined {:?} after boot", t0.elapsed()));
     check(
         t0.elapsed() >= Duration::from_secs(25),
@@ -312,9 +340,7 @@ pub fn a_partitioned_group_joins_once_the_partition_heals(ctx: &Ctx) -> Verdict 
         "partitioned {cut:?} from {rest:?} (both ways) before boot"
     ));
     dvm.start_all()?;
-    dvm.wait_status(FORM, "everyone outside the cut joined", |s| {
-        s.joined() == rest.len()
-    })?;
+    wait_joined(&dvm, &rest[1..], "everyone outside the cut joined")?;
     dvm.holds_for(
         Duration::from_secs(2),
         "not formed while hosts are cut off",
@@ -323,11 +349,7 @@ pub fn a_partitioned_group_joins_once_the_partition_heals(ctx: &Ctx) -> Verdict 
     dvm.cluster.heal(p).or_unresolved("healing the partition")?;
     ctx.note("healed the partition");
     let s = dvm.wait_formed(FORM)?;
-    check(
-        s.joined() == hosts.len(),
-        "every daemon joined",
-        s.describe(),
-    )?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
 
@@ -358,7 +380,7 @@ pub fn formation_survives_delay_loss_and_duplication_on_links(ctx: &Ctx) -> Verd
     }
     dvm.start_all()?;
     let s = dvm.wait_formed(Duration::from_secs(60))?;
-    membership(&s, &hosts, ctx.cell.radix)?;
+    formed_with(&dvm, &s, &hosts)?;
     for (h, _) in &plan {
         if let Some((fwd, dropped, dup)) = dvm.cluster.impairment_stats(h) {
             ctx.note(format!(
@@ -403,10 +425,6 @@ pub fn dvm_forms_under_a_seeded_random_fault_schedule(ctx: &Ctx) -> Verdict {
             ),
             other => other,
         })?;
-    check(
-        s.joined() == hosts.len(),
-        "every daemon joined",
-        s.describe(),
-    )?;
+    formed_with(&dvm, &s, &hosts)?;
     dvm.stop()
 }
