@@ -278,6 +278,11 @@ impl<'a> Dvm<'a> {
         Ok(now)
     }
 
+    /// When this DVM was built: [`Dvm::first_seen`] counts from here.
+    pub fn built_at(&self) -> Instant {
+        self.born
+    }
+
     /// Whether the profile's status reports `f`.
     pub fn reports(&self, f: Field) -> bool {
         self.ctx.profile.status.reports(f)

@@ -126,8 +126,8 @@ pub(crate) fn formed_with(dvm: &Dvm, s: &Status, by_rank: &[String]) -> Verdict 
         .map(|m| dvm.host_named(&m.host).unwrap_or_else(|| m.host.clone()))
         .collect();
     check(
-        got == want,
-        format!("the joined members are exactly {want:?}"),
+        got == want && s.joined() == by_rank.len(),
+        format!("the joined members are exactly {want:?}, once each"),
         s.describe(),
     )?;
     if let Some(e) = s.expected {

@@ -16,8 +16,9 @@ const JOB: Duration = Duration::from_secs(30);
 
 pub(crate) fn tests() -> Vec<TestDef> {
     tests![
-        a_job_runs_exactly_where_it_was_placed_and_all_output_reaches_the_submitter,
-        the_job_status_is_the_greatest_wait_status,
+        a_job_runs_exactly_where_it_was_placed_and_all_output_reaches_the_submitter
+            => ["placed", "output", "listed"],
+        the_job_status_is_the_greatest_wait_status => ["exit", "listed"],
         the_controller_hears_one_message_per_child_subtree_not_per_rank => ["forwarded", "reduced"],
         started_is_reported_only_after_every_shell_started,
         finished_is_reported_only_after_every_shell_exited,
@@ -91,6 +92,9 @@ fn marker(ctx: &Ctx, what: &str) -> String {
     format!("dvlconf{}{what}{}", std::process::id(), ctx.cell.radix)
 }
 
+/// Premise: a 6-process job exits 0 and the job list shows its 6 placements. Aspects:
+/// `placed` (each process ran once, on the host it was placed on), `output` (every
+/// process's stdout and stderr reached the submitter), `listed` (the list shows it ended).
 pub fn a_job_runs_exactly_where_it_was_placed_and_all_output_reaches_the_submitter(
     ctx: &Ctx,
 ) -> Verdict {
@@ -113,48 +117,73 @@ pub fn a_job_runs_exactly_where_it_was_placed_and_all_output_reaches_the_submitt
         "six processes placed",
         format!("{:?}", job.placement),
     )?;
-    for p in &job.placement {
-        let line = format!("out {} {}", p.proc, p.host);
+    ctx.aspect(
+        "placed",
+        job.placement.iter().try_for_each(|p| {
+            let line = format!("out {} {}", p.proc, p.host);
+            check(
+                out.lines().filter(|l| *l == line).count() == 1,
+                format!(
+                    "process {} ran once, on {} where it was placed",
+                    p.proc, p.host
+                ),
+                format!("stdout:\n{out}"),
+            )
+        }),
+    );
+    ctx.aspect(
+        "output",
+        (0..6).try_for_each(|i| {
+            check(
+                out.lines()
+                    .filter(|l| l.starts_with(&format!("out {i} ")))
+                    .count()
+                    == 1
+                    && err.lines().filter(|l| *l == format!("err {i}")).count() == 1,
+                format!("process {i}'s stdout and stderr reached the submitter"),
+                format!("stdout:\n{out}\nstderr:\n{err}"),
+            )
+        }),
+    );
+    ctx.aspect(
+        "listed",
         check(
-            out.lines().filter(|l| *l == line).count() == 1,
-            format!(
-                "process {} ran once, on {} where it was placed",
-                p.proc, p.host
-            ),
-            format!("stdout:\n{out}"),
-        )?;
-        check(
-            err.lines()
-                .filter(|l| *l == format!("err {}", p.proc))
-                .count()
-                == 1,
-            format!("process {}'s stderr reached the submitter", p.proc),
-            format!("stderr:\n{err}"),
-        )?;
-    }
-    check(
-        job.state == "INACTIVE",
-        "the job is INACTIVE once it ended",
-        format!("{job:?}"),
-    )
+            job.state == "INACTIVE",
+            "the job is INACTIVE once it ended",
+            format!("{job:?}"),
+        ),
+    );
+    Ok(())
 }
 
+/// Premise: a job whose processes exit 3 to 6 runs. Aspects: `exit` (the submitter exits
+/// with the greatest status, 6), `listed` (the job list shows it ended with wait status
+/// 6 << 8).
 pub fn the_job_status_is_the_greatest_wait_status(ctx: &Ctx) -> Verdict {
     let (dvm, nodes) = formed(ctx, "status", 4)?;
     let env = proc_env(ctx);
     let script = format!("exit $((${env} + 3))");
     let (code, _, err) = dvm.run_job(4, &nodes, &["sh", "-c", &script])?;
-    check(
-        code == Some(6),
-        "the job's status is its processes' greatest (exit 6 of 3..6)",
-        format!("exit {code:?}: {err}"),
-    )?;
-    let job = dvm.wait_job(JOB, "the job INACTIVE", |j| j.state == "INACTIVE")?;
-    check(
-        job.status == Some(6 << 8),
-        "the job list shows the greatest wait status (6 << 8)",
-        format!("{job:?}"),
-    )
+    ctx.aspect(
+        "exit",
+        check(
+            code == Some(6),
+            "the job's status is its processes' greatest (exit 6 of 3..6)",
+            format!("exit {code:?}: {err}"),
+        ),
+    );
+    let job = dvm.wait_job(JOB, "the job INACTIVE", |j| j.state == "INACTIVE");
+    ctx.aspect(
+        "listed",
+        job.and_then(|job| {
+            check(
+                job.status == Some(6 << 8),
+                "the job list shows it ended with the greatest wait status (6 << 8)",
+                format!("{job:?}"),
+            )
+        }),
+    );
+    Ok(())
 }
 
 /// Aspects `forwarded` (the controller hears of the job's start, finish and release from
