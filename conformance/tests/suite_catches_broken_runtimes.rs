@@ -160,3 +160,22 @@ fn a_status_that_claims_parents_its_sockets_contradict_fails_the_tree_item_showi
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_runtime_that_never_heals_fails_the_heal_item_from_the_network_alone() {
+    let dir = scratch("noheal");
+    // Every DVMConnectMaxTime is read as 0 (never heal); the status reports neither states
+    // nor parents, so only the network can show the orphans never reach an ancestor.
+    let stubborn = r#"["sh", "-c", "c=${PRTE_MCA_prte_bootstrap_conf:-/etc/prte.conf}; sed 's/^DVMConnectMaxTime *=.*/DVMConnectMaxTime=0/' \"$c\" > \"$TMPDIR/stubborn.conf\" && PRTE_MCA_prte_bootstrap_conf=\"$TMPDIR/stubborn.conf\" exec {build_dir}/prted --bootstrap"]"#;
+    let p = broken_profile_reporting(
+        &dir,
+        "noheal",
+        stubborn,
+        STATUS,
+        Some(r#"["namespace", "expected", "controller_uri", "ranks"]"#),
+    );
+    let (o, why) = judge(&p, "bootstrap.wireup.heal");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    assert!(why.contains("nearest booted ancestor"), "{why}");
+    let _ = std::fs::remove_dir_all(dir);
+}
