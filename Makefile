@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter conformance-probe traceability lab lab-bins lab-image lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree traceability lab lab-bins lab-image lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -19,6 +19,7 @@ test: lint
 	cargo nextest run --workspace --no-fail-fast; status=$$?; \
 	$(MAKE) --no-print-directory conformance-adapter || status=1; \
 	$(MAKE) --no-print-directory conformance-probe || status=1; \
+	$(MAKE) --no-print-directory conformance-docker-tree || status=1; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \
@@ -40,6 +41,11 @@ conformance-adapter:
 ## (a probe job per status read; the tree read from the network).
 conformance-probe:
 	DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/probe-job-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-probe cargo test -p conformance --test conformance -- bootstrap
+
+## The tree items on Docker hosts through the probe-job profile: the tree, healing and the
+## controller's place read from the containers' connections alone.
+conformance-docker-tree:
+	DVMLAB_BACKEND=docker DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/probe-job-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-docker-tree cargo test -p conformance --test conformance -- bootstrap.radix bootstrap.C3 bootstrap.wireup.heal
 
 ## Rerun the whole suite and rewrite conformance/TRACEABILITY.md with its results.
 traceability:
