@@ -8,6 +8,7 @@
 pub mod conf;
 pub mod daemon_core;
 pub mod diag;
+pub mod event;
 pub mod exec;
 pub mod hostname;
 pub mod identity;

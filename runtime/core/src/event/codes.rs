@@ -1,0 +1,199 @@
+//! PMIx's names and numbers for events (from the specs README): handler statuses, event
+//! codes and data ranges. Tools accept a code by number or by name (`-231`,
+//! `PMIX_EVENT_NODE_DOWN`, `EVENT_NODE_DOWN`), as OpenPMIx's own `pevent` does.
+
+use serde::{Deserialize, Serialize};
+
+/// A PMIx status: an event's code, or what a handler returns.
+pub type Status = i32;
+
+pub const EVENT_NO_ACTION_TAKEN: Status = -331;
+pub const EVENT_PARTIAL_ACTION_TAKEN: Status = -332;
+pub const EVENT_ACTION_DEFERRED: Status = -333;
+pub const EVENT_ACTION_COMPLETE: Status = -334;
+pub const ERR_EVENT_REGISTRATION: Status = -144;
+
+pub const ERR_PROC_ABORTED: Status = -7;
+pub const ERR_PROC_REQUESTED_ABORT: Status = -8;
+pub const ERR_PROC_ABORTING: Status = -9;
+pub const ERR_UNREACH: Status = -25;
+pub const ERR_LOST_CONNECTION: Status = -61;
+pub const EVENT_JOB_END: Status = -145;
+pub const EVENT_PROC_TERMINATED: Status = -201;
+pub const EVENT_NODE_DOWN: Status = -231;
+
+/// Every code with a name, for parsing and printing.
+const NAMED: &[(&str, Status)] = &[
+    ("EVENT_NO_ACTION_TAKEN", EVENT_NO_ACTION_TAKEN),
+    ("EVENT_PARTIAL_ACTION_TAKEN", EVENT_PARTIAL_ACTION_TAKEN),
+    ("EVENT_ACTION_DEFERRED", EVENT_ACTION_DEFERRED),
+    ("EVENT_ACTION_COMPLETE", EVENT_ACTION_COMPLETE),
+    ("ERR_EVENT_REGISTRATION", ERR_EVENT_REGISTRATION),
+    ("ERR_PROC_ABORTED", ERR_PROC_ABORTED),
+    ("ERR_PROC_REQUESTED_ABORT", ERR_PROC_REQUESTED_ABORT),
+    ("ERR_PROC_ABORTING", ERR_PROC_ABORTING),
+    ("ERR_UNREACH", ERR_UNREACH),
+    ("ERR_LOST_CONNECTION", ERR_LOST_CONNECTION),
+    ("ERR_LOST_CONNECTION_TO_SERVER", -101),
+    ("ERR_LOST_PEER_CONNECTION", -102),
+    ("EVENT_JOB_END", EVENT_JOB_END),
+    ("MODEL_DECLARED", -147),
+    ("EVENT_JOB_START", -191),
+    ("EVENT_SESSION_START", -192),
+    ("EVENT_SESSION_END", -193),
+    ("ALLOC_TIMEOUT_WARNING", -194),
+    ("DVM_IS_READY", -195),
+    ("ERR_DVM_MOD", -196),
+    ("EVENT_PROC_TERMINATED", EVENT_PROC_TERMINATED),
+    ("EVENT_NODE_DOWN", EVENT_NODE_DOWN),
+    ("EVENT_NODE_OFFLINE", -232),
+];
+
+/// A code given by number (`-231`) or name, with or without the `PMIX_` prefix.
+pub fn parse_code(s: &str) -> Option<Status> {
+    let s = s.trim();
+    if let Ok(n) = s.parse::<Status>() {
+        return Some(n);
+    }
+    let bare = s.strip_prefix("PMIX_").unwrap_or(s);
+    NAMED
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(bare))
+        .map(|(_, c)| *c)
+}
+
+/// The code's name (`PMIX_EVENT_NODE_DOWN`), if it has one.
+pub fn code_name(code: Status) -> Option<String> {
+    NAMED
+        .iter()
+        .find(|(_, c)| *c == code)
+        .map(|(n, _)| format!("PMIX_{n}"))
+}
+
+/// What a handler says it did, as it completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Completion {
+    NoActionTaken,
+    PartialActionTaken,
+    ActionDeferred,
+    /// The event is resolved: no later handler is called.
+    ActionComplete,
+}
+
+impl Completion {
+    pub fn status(self) -> Status {
+        match self {
+            Completion::NoActionTaken => EVENT_NO_ACTION_TAKEN,
+            Completion::PartialActionTaken => EVENT_PARTIAL_ACTION_TAKEN,
+            Completion::ActionDeferred => EVENT_ACTION_DEFERRED,
+            Completion::ActionComplete => EVENT_ACTION_COMPLETE,
+        }
+    }
+
+    /// By status number or name (`ACTION_COMPLETE`, `PMIX_EVENT_ACTION_COMPLETE`, `-334`).
+    pub fn parse(s: &str) -> Option<Completion> {
+        let code = parse_code(s).or_else(|| parse_code(&format!("EVENT_{s}")))?;
+        [
+            Completion::NoActionTaken,
+            Completion::PartialActionTaken,
+            Completion::ActionDeferred,
+            Completion::ActionComplete,
+        ]
+        .into_iter()
+        .find(|c| c.status() == code)
+    }
+}
+
+/// To whom a notification goes (`pmix_data_range_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Range {
+    Undef,
+    /// The runtime only.
+    Rm,
+    /// Every process on the notifier's node.
+    Local,
+    /// Every process of the notifier's job.
+    Namespace,
+    Session,
+    Global,
+    /// The processes listed as targets, nobody else.
+    Custom,
+    /// The notifying process's own handlers; never leaves it.
+    ProcLocal,
+}
+
+impl Range {
+    pub const ALL: [Range; 8] = [
+        Range::Undef,
+        Range::Rm,
+        Range::Local,
+        Range::Namespace,
+        Range::Session,
+        Range::Global,
+        Range::Custom,
+        Range::ProcLocal,
+    ];
+
+    pub fn number(self) -> u8 {
+        match self {
+            Range::Undef => 0,
+            Range::Rm => 1,
+            Range::Local => 2,
+            Range::Namespace => 3,
+            Range::Session => 4,
+            Range::Global => 5,
+            Range::Custom => 6,
+            Range::ProcLocal => 7,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Range::Undef => "UNDEF",
+            Range::Rm => "RM",
+            Range::Local => "LOCAL",
+            Range::Namespace => "NAMESPACE",
+            Range::Session => "SESSION",
+            Range::Global => "GLOBAL",
+            Range::Custom => "CUSTOM",
+            Range::ProcLocal => "PROC_LOCAL",
+        }
+    }
+
+    /// By number or name (`NAMESPACE`, `PMIX_RANGE_NAMESPACE`, `3`).
+    pub fn parse(s: &str) -> Option<Range> {
+        let s = s.trim();
+        if let Ok(n) = s.parse::<u8>() {
+            return Range::ALL.into_iter().find(|r| r.number() == n);
+        }
+        let bare = s.strip_prefix("PMIX_").unwrap_or(s);
+        let bare = bare.strip_prefix("RANGE_").unwrap_or(bare);
+        Range::ALL
+            .into_iter()
+            .find(|r| r.name().eq_ignore_ascii_case(bare))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_parse_by_number_and_by_name_as_pmix_tools_spell_them() {
+        assert_eq!(parse_code("-231"), Some(EVENT_NODE_DOWN));
+        assert_eq!(parse_code("PMIX_EVENT_NODE_DOWN"), Some(EVENT_NODE_DOWN));
+        assert_eq!(parse_code("event_node_down"), Some(EVENT_NODE_DOWN));
+        assert_eq!(parse_code("PMIX_NO_SUCH_THING"), None);
+        assert_eq!(code_name(-7).as_deref(), Some("PMIX_ERR_PROC_ABORTED"));
+        assert_eq!(
+            Completion::parse("ACTION_COMPLETE"),
+            Some(Completion::ActionComplete)
+        );
+        assert_eq!(Completion::parse("-331"), Some(Completion::NoActionTaken));
+        assert_eq!(Range::parse("PMIX_RANGE_CUSTOM"), Some(Range::Custom));
+        assert_eq!(Range::parse("7"), Some(Range::ProcLocal));
+        assert_eq!(Range::parse("8"), None);
+    }
+}
