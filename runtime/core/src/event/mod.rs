@@ -6,5 +6,6 @@
 
 pub mod chain;
 pub mod codes;
+pub mod range;
 pub mod registry;
 pub mod server;
