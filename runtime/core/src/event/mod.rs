@@ -1,8 +1,8 @@
 //! PMIx event notification (RFC 0002) without IO: a process's handler registrations and
-//! their order ([`registry`]), one event's chain through them ([`chain`]), a daemon's events
-//! server for the clients on its node with the events it keeps for late comers
-//! ([`server`]), one job process or tool ([`client`]), and PMIx's names and numbers ([`codes`]). The client library runs chains in
-//! job processes and tools; the daemon runs one for its own registrations.
+//! their order ([`registry`]), one event's chain through them ([`chain`]), a job process or
+//! tool ([`client`]), a daemon's events server for the clients on its node with the events
+//! it keeps for late comers ([`server`]), where a notification goes by its range
+//! ([`range`]), and PMIx's names and numbers ([`codes`]).
 
 pub mod chain;
 pub mod client;
