@@ -1,11 +1,12 @@
 //! dvmlab's protocol: every frame a DVM process sends ([`wire`]), the job-exec messages
-//! ([`exec`]), where a job runs ([`placement`]), RFC 22 idsets ([`idset`]), the JSON shapes
+//! ([`exec`]), PMIx events ([`event`]), where a job runs ([`placement`]), RFC 22 idsets ([`idset`]), the JSON shapes
 //! tools print ([`contract`]) and every limit ([`limits`]). Types and encodings only: no
 //! state machines, no IO.
 
 #[cfg(feature = "codec")]
 pub mod codec;
 pub mod contract;
+pub mod event;
 pub mod exec;
 pub mod idset;
 pub mod limits;

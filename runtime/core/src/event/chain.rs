@@ -9,63 +9,9 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use dvmlab_proto::event::{Completion, Event, HandlerResult, Info};
 
-use super::codes::{Completion, Status};
-use super::registry::{Level, RegId, Registry};
-
-/// One `pmix_info_t`: a key and its value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Info {
-    pub key: String,
-    pub value: Value,
-}
-
-/// A process as PMIx names it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct Proc {
-    pub nspace: String,
-    pub rank: u32,
-}
-
-/// An event as a process's handlers see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    pub code: Status,
-    /// Who raised it; `None` for the runtime.
-    pub source: Option<Proc>,
-    pub info: Vec<Info>,
-    pub level: Level,
-}
-
-/// What one handler of the chain did: an entry of the results array.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct HandlerResult {
-    /// The handler's registered name (empty without one).
-    pub name: String,
-    pub status: Status,
-    /// The results it returned.
-    pub results: Vec<Info>,
-}
-
-impl HandlerResult {
-    /// The entry as PMIx lays it out: keyed by the handler's name, its value an array whose
-    /// first element is the name with the status and whose rest are the handler's results,
-    /// so it always has at least one element.
-    pub fn to_info(&self) -> Info {
-        let mut inner = vec![serde_json::json!({"key": self.name, "value": self.status})];
-        inner.extend(
-            self.results
-                .iter()
-                .map(|i| serde_json::json!({"key": i.key, "value": i.value})),
-        );
-        Info {
-            key: self.name.clone(),
-            value: Value::Array(inner),
-        }
-    }
-}
+use super::registry::{RegId, Registry};
 
 /// Most results one handler may add (each stays in every later handler's results array).
 pub const MAX_RESULTS_PER_HANDLER: usize = 64;
@@ -177,7 +123,8 @@ impl Chain {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::registry::Directives;
+    use dvmlab_proto::event::{Directives, Level, Status};
+    use serde_json::Value;
 
     fn event(code: Status) -> Event {
         Event {

@@ -8,9 +8,13 @@
 
 use std::collections::VecDeque;
 
-use super::chain::{Chain, Event, HandlerResult, Info, Invocation, Proc, Step};
-use super::codes::{Completion, Range, Status, ERR_LOST_CONNECTION};
-use super::registry::{Directives, Level, RegId, RegisterError, Registry};
+use dvmlab_proto::event::{
+    Completion, Directives, Event, HandlerResult, Info, Level, Proc, Range, Status,
+    ERR_LOST_CONNECTION,
+};
+
+use super::chain::{Chain, Invocation, Step};
+use super::registry::{RegId, RegisterError, Registry};
 
 /// Most events waiting to be served in one process; past it the oldest waiting is dropped
 /// (and counted), so a flood cannot grow a process without bound.

@@ -7,8 +7,7 @@
 //! notifications address processes, so they are job events; only events the runtime raises
 //! without a target (a lost node) are environment events.
 
-use super::chain::Proc;
-use super::codes::Range;
+use dvmlab_proto::event::{Proc, Range};
 
 /// How far a client's notification travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,9 +14,7 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
-
-use super::codes::Status;
+use dvmlab_proto::event::{Directives, Level, Status};
 
 /// Most registrations one process may hold: a client registering thousands of handlers
 /// gets an error, never unbounded memory in the daemon.
@@ -27,43 +25,6 @@ pub const MAX_CODES: usize = 64;
 
 /// A registration's id, returned to the registrant and given to its handler.
 pub type RegId = u64;
-
-/// What a registration asks beyond its codes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Directives {
-    /// Shown to later handlers in the results array (`PMIX_EVENT_HDLR_NAME`).
-    #[serde(default)]
-    pub name: Option<String>,
-    /// `PMIX_EVENT_JOB_LEVEL`: job-specific events (default: yes, unless only environment
-    /// events were asked for).
-    #[serde(default)]
-    pub job_level: Option<bool>,
-    /// `PMIX_EVENT_ENVIRO_LEVEL`: environment events (default: no).
-    #[serde(default)]
-    pub enviro_level: Option<bool>,
-    /// `PMIX_EVENT_ORDER_PREPEND`: first in its class.
-    #[serde(default)]
-    pub prepend: bool,
-}
-
-/// Whether an event concerns a job (it names processes of a job) or the environment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Level {
-    Job,
-    Environment,
-}
-
-impl Directives {
-    /// Whether a handler with these directives is given an event of `level`. Naming only
-    /// one of the two levels asks for that level alone.
-    pub fn accepts(&self, level: Level) -> bool {
-        match level {
-            Level::Job => self.job_level.unwrap_or(self.enviro_level != Some(true)),
-            Level::Environment => self.enviro_level.unwrap_or(false),
-        }
-    }
-}
 
 /// The precedence class of a registration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -15,9 +15,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::chain::{Event, Proc};
-use super::codes::Status;
-use super::registry::{Directives, Level, RegId, RegisterError, Registry};
+use dvmlab_proto::event::{Directives, Event, Level, Proc, Status};
+
+use super::registry::{RegId, RegisterError, Registry};
 
 /// Most clients (job processes and tools) one daemon serves at once.
 pub const MAX_CLIENTS: usize = 4096;

@@ -1,8 +1,12 @@
-//! PMIx's names and numbers for events (from the specs README): handler statuses, event
-//! codes and data ranges. Tools accept a code by number or by name (`-231`,
-//! `PMIX_EVENT_NODE_DOWN`, `EVENT_NODE_DOWN`), as OpenPMIx's own `pevent` does.
+//! PMIx events as data (RFC 0002): PMIx's names and numbers (handler statuses, event codes
+//! and data ranges, from the specs README), what an event, a registration's directives and
+//! a handler's result are, and the messages a job process or tool and its daemon exchange
+//! about them. Tools accept a code by number or by name (`-231`, `PMIX_EVENT_NODE_DOWN`,
+//! `EVENT_NODE_DOWN`), as OpenPMIx's own `pevent` does. The state machines are in
+//! `dvmlab-core`'s `event` module.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// A PMIx status: an event's code, or what a handler returns.
 pub type Status = i32;
@@ -176,6 +180,129 @@ impl Range {
     }
 }
 
+/// One `pmix_info_t`: a key and its value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Info {
+    pub key: String,
+    pub value: Value,
+}
+
+/// A process as PMIx names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Proc {
+    pub nspace: String,
+    pub rank: u32,
+}
+
+/// An event as a process's handlers see it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub code: Status,
+    /// Who raised it; `None` for the runtime.
+    pub source: Option<Proc>,
+    pub info: Vec<Info>,
+    pub level: Level,
+}
+
+/// What one handler of the chain did: an entry of the results array.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandlerResult {
+    /// The handler's registered name (empty without one).
+    pub name: String,
+    pub status: Status,
+    /// The results it returned.
+    pub results: Vec<Info>,
+}
+
+impl HandlerResult {
+    /// The entry as PMIx lays it out: keyed by the handler's name, its value an array whose
+    /// first element is the name with the status and whose rest are the handler's results,
+    /// so it always has at least one element.
+    pub fn to_info(&self) -> Info {
+        let mut inner = vec![serde_json::json!({"key": self.name, "value": self.status})];
+        inner.extend(
+            self.results
+                .iter()
+                .map(|i| serde_json::json!({"key": i.key, "value": i.value})),
+        );
+        Info {
+            key: self.name.clone(),
+            value: Value::Array(inner),
+        }
+    }
+}
+
+/// What a registration asks beyond its codes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Directives {
+    /// Shown to later handlers in the results array (`PMIX_EVENT_HDLR_NAME`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// `PMIX_EVENT_JOB_LEVEL`: job-specific events (default: yes, unless only environment
+    /// events were asked for).
+    #[serde(default)]
+    pub job_level: Option<bool>,
+    /// `PMIX_EVENT_ENVIRO_LEVEL`: environment events (default: no).
+    #[serde(default)]
+    pub enviro_level: Option<bool>,
+    /// `PMIX_EVENT_ORDER_PREPEND`: first in its class.
+    #[serde(default)]
+    pub prepend: bool,
+}
+
+/// Whether an event concerns a job (it names processes of a job) or the environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Job,
+    Environment,
+}
+
+impl Directives {
+    /// Whether a handler with these directives is given an event of `level`. Naming only
+    /// one of the two levels asks for that level alone.
+    pub fn accepts(&self, level: Level) -> bool {
+        match level {
+            Level::Job => self.job_level.unwrap_or(self.enviro_level != Some(true)),
+            Level::Environment => self.enviro_level.unwrap_or(false),
+        }
+    }
+}
+
+/// What a job process or tool tells its daemon about events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum EventUp {
+    /// Registration `id` (the client's own numbering) for `codes` (none: every code).
+    Register {
+        id: u64,
+        codes: Vec<Status>,
+        directives: Directives,
+    },
+    Deregister {
+        id: u64,
+    },
+    /// Deliver an event as `range` (and, for `CUSTOM`, `targets`) says.
+    Notify {
+        code: Status,
+        range: Range,
+        #[serde(default)]
+        targets: Vec<Proc>,
+        #[serde(default)]
+        info: Vec<Info>,
+    },
+}
+
+/// What a daemon tells a job process or tool about events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum EventDown {
+    /// Registration `id` was refused (`PMIX_ERR_EVENT_REGISTRATION`), and why.
+    Refused { id: u64, reason: String },
+    /// An event for this client's handlers.
+    Deliver { event: Event },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +322,36 @@ mod tests {
         assert_eq!(Range::parse("PMIX_RANGE_CUSTOM"), Some(Range::Custom));
         assert_eq!(Range::parse("7"), Some(Range::ProcLocal));
         assert_eq!(Range::parse("8"), None);
+    }
+
+    #[test]
+    fn messages_have_their_documented_json() {
+        let up: EventUp = serde_json::from_str(
+            r#"{"op":"notify","code":-3001,"range":"CUSTOM","targets":[{"nspace":"j","rank":2}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            up,
+            EventUp::Notify {
+                code: -3001,
+                range: Range::Custom,
+                targets: vec![Proc {
+                    nspace: "j".into(),
+                    rank: 2
+                }],
+                info: vec![],
+            }
+        );
+        let reg = EventUp::Register {
+            id: 1,
+            codes: vec![-231],
+            directives: Directives {
+                name: Some("h".into()),
+                ..Directives::default()
+            },
+        };
+        let text = serde_json::to_string(&reg).unwrap();
+        assert_eq!(serde_json::from_str::<EventUp>(&text).unwrap(), reg);
+        assert!(serde_json::from_str::<EventUp>(r#"{"op":"notify","code":"x"}"#).is_err());
     }
 }
