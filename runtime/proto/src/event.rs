@@ -293,6 +293,30 @@ pub enum EventUp {
     },
 }
 
+/// Which clients of a daemon an event is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "to", rename_all = "snake_case")]
+pub enum Audience {
+    /// Nobody (a `PROC_LOCAL` event never reaches a daemon).
+    Nobody,
+    /// Every client: job processes (also those yet to connect) and tools.
+    Everyone,
+    /// Every process of this namespace.
+    Job { nspace: String },
+    /// Exactly these processes.
+    Procs { procs: Vec<Proc> },
+    /// The runtime itself (the controller; it logs the event).
+    Runtime,
+}
+
+/// An event on its way over the DVM's tree: up to the controller, then (unless it is for
+/// the runtime alone) down to every daemon, each handing it to the clients it is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Travelling {
+    pub audience: Audience,
+    pub event: Event,
+}
+
 /// What a daemon tells a job process or tool about events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

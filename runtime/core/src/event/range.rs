@@ -3,11 +3,11 @@
 //! A notification from a client travels as little as its range needs: `PROC_LOCAL` never
 //! leaves the notifying process, `LOCAL` never leaves its node, `RM` goes to the controller
 //! alone, and the rest go to the controller, which sends them down the whole tree; every
-//! daemon then hands the event to the local clients the range names ([`Audience`]). Client
+//! daemon then hands the event to the local clients the range names (its `Audience`). Client
 //! notifications address processes, so they are job events; only events the runtime raises
 //! without a target (a lost node) are environment events.
 
-use dvmlab_proto::event::{Proc, Range};
+use dvmlab_proto::event::{Audience, Proc, Range};
 
 /// How far a client's notification travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,21 +20,6 @@ pub enum Reach {
     Controller,
     /// Up to the controller, then down to every daemon.
     Everywhere,
-}
-
-/// Which of a daemon's local clients an event is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Audience {
-    /// Nobody here (PROC_LOCAL events never reach a daemon).
-    Nobody,
-    /// Every client on the node, job processes and tools alike.
-    Everyone,
-    /// Every process of this namespace.
-    Job(String),
-    /// Exactly these processes.
-    Procs(Vec<Proc>),
-    /// The runtime itself: the controller's own registrations (and its log).
-    Runtime,
 }
 
 /// How far a notification with `range` travels. `UNDEF` is taken as PMIx does: the whole
@@ -57,8 +42,12 @@ pub fn audience(range: Range, source: &Proc, targets: &[Proc]) -> Audience {
         Range::ProcLocal => Audience::Nobody,
         Range::Rm => Audience::Runtime,
         Range::Local | Range::Session | Range::Global | Range::Undef => Audience::Everyone,
-        Range::Namespace => Audience::Job(source.nspace.clone()),
-        Range::Custom => Audience::Procs(targets.to_vec()),
+        Range::Namespace => Audience::Job {
+            nspace: source.nspace.clone(),
+        },
+        Range::Custom => Audience::Procs {
+            procs: targets.to_vec(),
+        },
     }
 }
 
@@ -83,11 +72,17 @@ mod tests {
             (
                 Range::Namespace,
                 Reach::Everywhere,
-                Audience::Job("job".into()),
+                Audience::Job {
+                    nspace: "job".into(),
+                },
             ),
             (Range::Session, Reach::Everywhere, Audience::Everyone),
             (Range::Global, Reach::Everywhere, Audience::Everyone),
-            (Range::Custom, Reach::Everywhere, Audience::Procs(t.clone())),
+            (
+                Range::Custom,
+                Reach::Everywhere,
+                Audience::Procs { procs: t.clone() },
+            ),
         ];
         for (range, r, a) in table {
             assert_eq!(reach(range), r, "{range:?}");

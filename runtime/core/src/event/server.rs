@@ -224,6 +224,29 @@ impl LocalServer {
         out
     }
 
+    /// An event for the tools connected here that registered for it (tools are no job's
+    /// processes: nothing is kept for them).
+    pub fn tools_event(&mut self, event: Event) -> Vec<Delivery> {
+        self.clients
+            .iter()
+            .filter(|(_, c)| c.proc.is_none() && c.regs.wants(event.code, event.level))
+            .map(|(id, _)| Delivery {
+                client: *id,
+                event: event.clone(),
+            })
+            .collect()
+    }
+
+    /// The processes of job `nspace` connected here.
+    pub fn connected_ranks(&self, nspace: &str) -> BTreeSet<u32> {
+        self.clients
+            .values()
+            .filter_map(|c| c.proc.as_ref())
+            .filter(|p| p.nspace == nspace)
+            .map(|p| p.rank)
+            .collect()
+    }
+
     /// Every local process of job `nspace` is gone: nothing is kept for it any more.
     pub fn job_ended(&mut self, nspace: &str) {
         self.kept.remove(nspace);
