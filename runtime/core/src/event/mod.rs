@@ -2,8 +2,8 @@
 //! their order ([`registry`]), one event's chain through them ([`chain`]), a job process or
 //! tool ([`client`]), a daemon's events server for the clients on its node with the events
 //! it keeps for late comers ([`server`]), where a notification goes by its range
-//! ([`range`]), and a daemon's whole events side with the tree ([`hub`]). The data (events, directives, codes, ranges, messages) is
-//! `dvmlab_proto::event`.
+//! ([`range`]), and a daemon's whole events side with the tree ([`hub`]). The data
+//! (events, directives, codes, ranges, messages) is `dvmlab_proto::event`.
 
 pub mod chain;
 pub mod client;
