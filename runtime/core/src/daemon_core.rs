@@ -9,10 +9,12 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::event::hub::{self, EventHub};
 use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
 use crate::jobs::{self, JobManager, Persisted};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
 use crate::tree::Rank;
+use dvmlab_proto::event::job_nspace;
 use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply, ToolRequest};
 
 /// The current time: monotonic for timers and liveness, wall-clock for what is reported.
@@ -61,6 +63,7 @@ enum Work {
     Node(overlay::Input),
     Exec(exec::Input),
     Mgr(jobs::Input),
+    Event(hub::Input),
 }
 
 /// See the module documentation.
@@ -69,6 +72,10 @@ pub struct DaemonCore {
     node: Node,
     exec: JobExec,
     mgr: Option<JobManager>,
+    /// PMIx events: the clients of this node, and events over the tree.
+    events: EventHub,
+    /// The DVM's namespace (jobs' namespaces derive from it).
+    nspace: String,
     /// The link job-exec's upward messages go on.
     up: Option<LinkId>,
     formed_at_unix_ms: Option<u64>,
@@ -82,7 +89,10 @@ impl DaemonCore {
         let me = cfg.identity.rank;
         let tree = cfg.tree;
         let controller = recovered.is_some();
+        let nspace = cfg.identity.nspace.clone();
         let mut core = DaemonCore {
+            events: EventHub::new(controller, crate::event::server::DEFAULT_RING),
+            nspace,
             node: Node::new(cfg),
             exec: JobExec::new(me, controller, tree),
             mgr: None,
@@ -163,6 +173,11 @@ impl DaemonCore {
                         self.mgr_output(o, &mut work);
                     }
                 }
+                Work::Event(i) => {
+                    for o in self.events.handle(i) {
+                        self.event_output(o);
+                    }
+                }
             }
         }
     }
@@ -189,6 +204,21 @@ impl DaemonCore {
             }
             overlay::Output::ToolGone { link } => {
                 return work.push_back(Work::Mgr(jobs::Input::ToolGone { link }))
+            }
+            overlay::Output::EventClient { link, proc } => {
+                return work.push_back(Work::Event(hub::Input::Connected { link, proc }))
+            }
+            overlay::Output::EventFromClient { link, up } => {
+                return work.push_back(Work::Event(hub::Input::FromClient { link, up }))
+            }
+            overlay::Output::EventClientGone { link } => {
+                return work.push_back(Work::Event(hub::Input::Gone { link }))
+            }
+            overlay::Output::EventFromBelow(t) => {
+                return work.push_back(Work::Event(hub::Input::FromBelow(t)))
+            }
+            overlay::Output::EventFromAbove(t) => {
+                return work.push_back(Work::Event(hub::Input::FromAbove(t)))
             }
         };
         self.out.push(out);
@@ -235,11 +265,57 @@ impl DaemonCore {
                 }),
                 None => return,
             },
-            exec::Output::Shell(c) => Output::Shell(c),
+            exec::Output::Shell(c) => {
+                match &c {
+                    ShellCommand::Launch { id, spec } => {
+                        work.push_back(Work::Event(hub::Input::LocalProcs {
+                            nspace: job_nspace(&self.nspace, *id),
+                            ranks: spec.placement.procs_on(self.rank()),
+                        }))
+                    }
+                    ShellCommand::Epilog { id } => {
+                        work.push_back(Work::Event(hub::Input::JobGone {
+                            nspace: job_nspace(&self.nspace, *id),
+                        }))
+                    }
+                    _ => {}
+                }
+                Output::Shell(c)
+            }
             exec::Output::Event(e) => return work.push_back(Work::Mgr(jobs::Input::Event(e))),
             exec::Output::Log(l) => Output::Log(l),
         };
         self.out.push(out);
+    }
+
+    fn event_output(&mut self, o: hub::Output) {
+        match o {
+            hub::Output::ToClient { link, down } => self.out.push(Output::Net(Io::Send {
+                link,
+                frame: Frame::EventDown(down),
+            })),
+            // Without an upward link the event is lost, as PMIx allows for events in flight
+            // when a daemon fails; the log says so.
+            hub::Output::ToParent(ev) => match self.node.uplink() {
+                Some(link) => self.out.push(Output::Net(Io::Send {
+                    link,
+                    frame: Frame::Daemon(DaemonMsg::Event { ev }),
+                })),
+                None => self.out.push(Output::Log(format!(
+                    "event {} dropped: no upward link",
+                    ev.event.code
+                ))),
+            },
+            hub::Output::ToChildren(ev) => {
+                for link in self.node.child_links() {
+                    self.out.push(Output::Net(Io::Send {
+                        link,
+                        frame: Frame::Daemon(DaemonMsg::Event { ev: ev.clone() }),
+                    }));
+                }
+            }
+            hub::Output::Log(l) => self.out.push(Output::Log(l)),
+        }
     }
 
     fn mgr_output(&mut self, o: jobs::Output, work: &mut VecDeque<Work>) {

@@ -317,6 +317,11 @@ pub struct Travelling {
     pub event: Event,
 }
 
+/// The PMIx namespace of job `id` of the DVM whose namespace is `dvm`.
+pub fn job_nspace(dvm: &str, id: u64) -> String {
+    format!("{dvm}@{id}")
+}
+
 /// What a daemon tells a job process or tool about events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

@@ -92,6 +92,8 @@ pub enum Peer {
     /// A tool such as `pctl`, talking to the daemon of its node (which relays its requests
     /// to the controller) or to the controller.
     Tool,
+    /// A job process, talking to the daemon of its node about events (PMIx RFC 0002).
+    Process { nspace: String, rank: u32 },
 }
 
 /// A member of a subtree, as reported upward.
@@ -158,6 +160,9 @@ pub enum DaemonMsg {
     /// Downward, to every daemon below: the path to the controller broke above you (a
     /// daemon lost its upward link); replies to your tools may have been lost.
     PathLost,
+    /// Either way: a PMIx event on the tree, up to the controller from a child, down to
+    /// every daemon from the parent.
+    Event { ev: crate::event::Travelling },
     /// Either way: the other side did not understand a message (it speaks an older
     /// version); the link stays.
     Unsupported { what: String },
@@ -335,6 +340,10 @@ pub enum Frame {
     Daemon(DaemonMsg),
     Tool(ToolRequest),
     ToolReply(ToolReply),
+    /// From a job process or tool to its node's daemon: events.
+    Event(crate::event::EventUp),
+    /// From a daemon to a job process or tool: events.
+    EventDown(crate::event::EventDown),
 }
 
 fn version_one() -> u32 {

@@ -274,7 +274,8 @@ pub async fn run(
         shell_tx,
         reaper,
         slot,
-    );
+    )
+    .with_events(p.identity.nspace.clone(), tool_socket.clone());
     let jobs_path = session.dir().join("jobs.json");
     let (recovered, jobs_file) = match role {
         Role::Controller => (
@@ -790,8 +791,13 @@ where
     debug_assert!(ctx.next_link.load(Ordering::Relaxed) < dvmlab_core::overlay::RELAYED);
     let refusal = match hello.mismatch(&ctx.nspace) {
         Some(reason) => Some(reason),
-        None if tools_only && hello.peer != Peer::Tool => {
-            Some("only tools connect to a daemon's tools socket".to_string())
+        None if tools_only && !matches!(hello.peer, Peer::Tool | Peer::Process { .. }) => {
+            Some("only tools and job processes connect to a daemon's tools socket".to_string())
+        }
+        // Job processes are local: they reach their daemon through its tools socket, whose
+        // peer credential check lets only the DVM's owner in.
+        None if !tools_only && matches!(hello.peer, Peer::Process { .. }) => {
+            Some("job processes connect to their daemon's tools socket".to_string())
         }
         None => None,
     };
@@ -851,6 +857,7 @@ async fn read_frames<R: AsyncRead + Unpin>(
         let input = match item {
             Ok(Frame::Daemon(msg)) => overlay::Input::Frame { link, msg },
             Ok(Frame::Tool(req)) => overlay::Input::Tool { link, req },
+            Ok(Frame::Event(up)) => overlay::Input::Event { link, up },
             Ok(other) => {
                 let mut what = format!("{other:?}");
                 what.truncate(200);

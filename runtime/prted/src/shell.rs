@@ -47,6 +47,9 @@ pub struct Runner {
     barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
     /// Process 0's stdin of each job that runs it here with stdin.
     stdins: Arc<Mutex<HashMap<JobId, StdinFeed>>>,
+    /// The DVM's namespace and this daemon's tools socket, which job processes are told
+    /// (`DVMLAB_NSPACE`, `DVMLAB_EVENTS`) to reach its events server.
+    pmix: Option<(String, std::path::PathBuf)>,
 }
 
 /// What waits to be written to one process's stdin, in order, and its size in bytes.
@@ -111,7 +114,15 @@ impl Runner {
             slot: Arc::new(Mutex::new(slot)),
             barriers: Arc::new(Mutex::new(HashMap::new())),
             stdins: Arc::new(Mutex::new(HashMap::new())),
+            pmix: None,
         }
+    }
+
+    /// Tells every job process its PMIx namespace (job `id` of DVM `dvm`) and where its
+    /// daemon serves events (`socket`).
+    pub fn with_events(mut self, dvm: String, socket: std::path::PathBuf) -> Runner {
+        self.pmix = Some((dvm, socket));
+        self
     }
 
     /// The next bytes of process 0's stdin (then its end, with `eof`). Queued at once; a
@@ -163,7 +174,17 @@ impl Runner {
 
     /// Runs the prolog, then this rank's processes of the job, and reports start, output
     /// lines and the greatest wait status.
-    pub fn launch(&self, id: JobId, spec: JobSpec) {
+    pub fn launch(&self, id: JobId, mut spec: JobSpec) {
+        if let Some((dvm, socket)) = &self.pmix {
+            spec.env.push((
+                "DVMLAB_NSPACE".into(),
+                dvmlab_proto::event::job_nspace(dvm, id),
+            ));
+            spec.env.push((
+                "DVMLAB_EVENTS".into(),
+                socket.to_string_lossy().into_owned(),
+            ));
+        }
         let mut stdin_rx = None;
         let stdin_queued = Arc::new(AtomicUsize::new(0));
         if spec.stdin && spec.placement.nprocs > 0 && spec.placement.rank_of(0) == self.me {

@@ -94,6 +94,18 @@ impl Node {
                     link,
                     frame: welcome,
                 });
+                self.emit(Output::EventClient { link, proc: None });
+            }
+            Peer::Process { nspace, rank } => {
+                self.tools.insert(link);
+                self.io(Io::Send {
+                    link,
+                    frame: welcome,
+                });
+                self.emit(Output::EventClient {
+                    link,
+                    proc: Some(dvmlab_proto::event::Proc { nspace, rank }),
+                });
             }
             Peer::Daemon { rank, host } => {
                 let size = self.roster.len();

@@ -95,6 +95,11 @@ pub enum Input {
         link: LinkId,
         req: ToolRequest,
     },
+    /// A job process or tool connected here says something about events.
+    Event {
+        link: LinkId,
+        up: dvmlab_proto::event::EventUp,
+    },
     Closed {
         link: LinkId,
     },
@@ -162,6 +167,24 @@ pub enum Output {
     ToolGone {
         link: LinkId,
     },
+    /// A job process (`proc`) or tool connected here (events may come from it).
+    EventClient {
+        link: LinkId,
+        proc: Option<dvmlab_proto::event::Proc>,
+    },
+    /// A job process or tool connected here said this about events.
+    EventFromClient {
+        link: LinkId,
+        up: dvmlab_proto::event::EventUp,
+    },
+    /// The job process or tool on `link` has gone.
+    EventClientGone {
+        link: LinkId,
+    },
+    /// An event came up from a child (towards the controller).
+    EventFromBelow(dvmlab_proto::event::Travelling),
+    /// An event came down from the parent (for this daemon's clients and those below).
+    EventFromAbove(dvmlab_proto::event::Travelling),
 }
 
 /// Events worth a log line. Job and proc state notes are logged only when the matching
@@ -361,6 +384,11 @@ impl Node {
             } => self.on_hello(now, link, peer, version),
             Input::Frame { link, msg } => self.on_frame(now, link, msg),
             Input::Tool { link, req } => self.on_tool(now, link, req),
+            Input::Event { link, up } => {
+                if self.tools.contains(&link) {
+                    self.emit(Output::EventFromClient { link, up });
+                }
+            }
             Input::Closed { link } => self.on_closed(now, link),
             Input::Timer(t) => self.on_timer(now, t),
             Input::Reply { link, reply } => self.reply(link, reply),
@@ -368,6 +396,16 @@ impl Node {
         self.exec_topology();
         self.check();
         std::mem::take(&mut self.out)
+    }
+
+    /// The links to this daemon's children.
+    pub fn child_links(&self) -> Vec<LinkId> {
+        self.children.keys().copied().collect()
+    }
+
+    /// The link to this daemon's parent, if it is connected.
+    pub fn uplink(&self) -> Option<LinkId> {
+        self.up.map(|(l, _)| l)
     }
 
     /// Tells the job-exec module about new child links, subtrees or a new upward link.
@@ -468,6 +506,8 @@ impl Node {
                 let up = self.up.map_or(0, |u| u.1);
                 self.path_lost(&format!("the path above rank {up} broke"));
             }
+            DaemonMsg::Event { ev } if from_child => self.emit(Output::EventFromBelow(ev)),
+            DaemonMsg::Event { ev } if from_parent => self.emit(Output::EventFromAbove(ev)),
             DaemonMsg::Unknown if from_child || from_parent => {
                 self.send(
                     link,

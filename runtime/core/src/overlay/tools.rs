@@ -216,6 +216,7 @@ impl Node {
         }
         self.pings.retain(|_, p| p.tool != link);
         self.stop_tools.remove(&link);
+        self.emit(Output::EventClientGone { link });
         if self.is_controller() {
             self.emit(Output::ToolGone { link });
         } else {
