@@ -75,9 +75,10 @@ pub fn code_name(code: Status) -> Option<String> {
 }
 
 /// What a handler says it did, as it completes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Completion {
+    #[default]
     NoActionTaken,
     PartialActionTaken,
     ActionDeferred,

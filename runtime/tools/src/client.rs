@@ -16,7 +16,7 @@ use dvmlab_proto::secure::DvmKey;
 use dvmlab_proto::wire::{Frame, FrameCodec, Hello, Peer, ToolReply, ToolRequest};
 
 /// A byte stream to the DVM: a tools socket or TCP.
-trait Conn: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(crate) trait Conn: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Conn for T {}
 
 /// Connects to the DVM `prte.conf` (with `params`) describes: through this node's daemon
@@ -50,6 +50,22 @@ pub async fn connect_to_dvm(params: &Params, timeout: Duration) -> Result<Client
     Client::connect(addr, &settings.namespace(), key.as_ref(), timeout).await
 }
 
+/// Whether the daemon's socket `stream` is served by this user or root (anyone else could be
+/// impersonating the daemon).
+pub(crate) fn served_by_us(stream: &UnixStream, peer: &str) -> Result<(), String> {
+    let me = nix::unistd::geteuid().as_raw();
+    let uid = stream
+        .peer_cred()
+        .map_err(|e| format!("{peer}: cannot learn who serves it: {e}"))?
+        .uid();
+    if uid != me && uid != 0 {
+        return Err(format!(
+            "{peer} is served by uid {uid}, neither this user (uid {me}) nor root; not using it"
+        ));
+    }
+    Ok(())
+}
+
 /// A connection to the DVM.
 pub struct Client {
     framed: Framed<Box<dyn Conn>, FrameCodec>,
@@ -66,16 +82,7 @@ impl Client {
         nspace: &str,
         timeout: Duration,
     ) -> Result<Client, String> {
-        let me = nix::unistd::geteuid().as_raw();
-        let uid = stream
-            .peer_cred()
-            .map_err(|e| format!("{peer}: cannot learn who serves it: {e}"))?
-            .uid();
-        if uid != me && uid != 0 {
-            return Err(format!(
-                "{peer} is served by uid {uid}, neither this user (uid {me}) nor root; not using it"
-            ));
-        }
+        served_by_us(&stream, &peer)?;
         let c = Client {
             framed: Framed::new(Box::new(stream), FrameCodec::default()),
             peer,

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 
 use dvmlab_proto::event::{
-    Completion, Directives, Event, HandlerResult, Info, Level, Proc, Range, Status,
+    Completion, Directives, Event, EventUp, HandlerResult, Info, Level, Proc, Range, Status,
     ERR_LOST_CONNECTION,
 };
 
@@ -20,31 +20,12 @@ use super::registry::{RegId, RegisterError, Registry};
 /// (and counted), so a flood cannot grow a process without bound.
 pub const MAX_WAITING: usize = 1024;
 
-/// What the process must tell its daemon.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToServer {
-    Register {
-        id: RegId,
-        codes: Vec<Status>,
-        directives: Directives,
-    },
-    Deregister {
-        id: RegId,
-    },
-    Notify {
-        code: Status,
-        range: Range,
-        targets: Vec<Proc>,
-        info: Vec<Info>,
-    },
-}
-
 /// Something the process's IO shell must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     /// Run this handler, then report [`EventClient::handler_done`].
     Invoke(Invocation),
-    Send(ToServer),
+    Send(EventUp),
     /// An event's chain ended: every handler that ran, and what it returned.
     Served {
         event: Event,
@@ -84,7 +65,7 @@ impl EventClient {
     ) -> Result<(RegId, Vec<Output>), RegisterError> {
         let id = self.registry.register(codes.clone(), directives.clone())?;
         let out = if self.connected {
-            vec![Output::Send(ToServer::Register {
+            vec![Output::Send(EventUp::Register {
                 id,
                 codes,
                 directives,
@@ -98,7 +79,7 @@ impl EventClient {
     /// Removes a registration, also from inside its own handler.
     pub fn deregister(&mut self, id: RegId) -> Vec<Output> {
         if self.registry.deregister(id) && self.connected {
-            vec![Output::Send(ToServer::Deregister { id })]
+            vec![Output::Send(EventUp::Deregister { id })]
         } else {
             Vec::new()
         }
@@ -125,7 +106,7 @@ impl EventClient {
         if !self.connected {
             return Vec::new();
         }
-        vec![Output::Send(ToServer::Notify {
+        vec![Output::Send(EventUp::Notify {
             code,
             range,
             targets,
@@ -215,10 +196,7 @@ mod tests {
     fn proc_local_and_lost_server_events_are_served_here_and_never_sent() {
         let mut c = EventClient::new(me());
         let (id, sent) = c.register(vec![], Directives::default()).unwrap();
-        assert!(matches!(
-            sent[..],
-            [Output::Send(ToServer::Register { .. })]
-        ));
+        assert!(matches!(sent[..], [Output::Send(EventUp::Register { .. })]));
         let out = c.notify(-3001, Range::ProcLocal, vec![], vec![]);
         assert!(
             matches!(&out[..], [Output::Invoke(inv)] if inv.reg == id && inv.event.source == me())

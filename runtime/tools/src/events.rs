@@ -1,0 +1,207 @@
+//! The client library for PMIx events (RFC 0002): a job process or tool connected to its
+//! node's daemon, registering handlers, notifying events and running its handler chains.
+//!
+//! The chains themselves are `dvmlab_core::event::client::EventClient`'s; this is its IO.
+//! [`Events::next`] hands over each handler call ([`Step::Invoke`]); the caller runs the
+//! handler and reports [`Events::done`], at once or later (an asynchronous handler), and the
+//! chain goes on. A job process finds its daemon and its identity in its environment
+//! (`DVMLAB_EVENTS`, `DVMLAB_NSPACE`, `DVMLAB_PROC`); a tool on a node of the DVM uses that
+//! node's daemon.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::net::UnixStream;
+use tokio_util::codec::Framed;
+
+use crate::client::{served_by_us, Conn};
+use dvmlab_core::conf::settings::Params;
+use dvmlab_core::event::chain::Invocation;
+use dvmlab_core::event::client::{EventClient, Output};
+use dvmlab_core::event::registry::RegId;
+use dvmlab_proto::event::{
+    Completion, Directives, Event, EventDown, HandlerResult, Info, Proc, Range, Status,
+};
+use dvmlab_proto::wire::{Frame, FrameCodec, Hello, Peer};
+
+/// What happened next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Run this handler, then call [`Events::done`].
+    Invoke(Invocation),
+    /// An event went through its whole chain.
+    Served {
+        event: Event,
+        results: Vec<HandlerResult>,
+    },
+    /// The daemon refused registration `id`.
+    Refused { id: RegId, reason: String },
+}
+
+/// A connection to this node's daemon for events.
+pub struct Events {
+    framed: Option<Framed<Box<dyn Conn>, FrameCodec>>,
+    core: EventClient,
+    ready: VecDeque<Step>,
+    peer: String,
+}
+
+impl Events {
+    /// Connects as the job process the environment names, or else as a tool of the DVM
+    /// `params` describes, on this node.
+    pub async fn connect(params: &Params, timeout: Duration) -> Result<Events, String> {
+        let job = (
+            std::env::var("DVMLAB_EVENTS"),
+            std::env::var("DVMLAB_NSPACE"),
+            std::env::var("DVMLAB_PROC"),
+        );
+        let (socket, dvm, peer, me) = match job {
+            (Ok(socket), Ok(nspace), Ok(rank)) => {
+                let rank: u32 = rank
+                    .parse()
+                    .map_err(|_| format!("DVMLAB_PROC={rank} is not a process index"))?;
+                let dvm = nspace.split('@').next().unwrap_or_default().to_string();
+                let me = Proc { nspace, rank };
+                let peer = Peer::Process {
+                    nspace: me.nspace.clone(),
+                    rank,
+                };
+                (socket.into(), dvm, peer, Some(me))
+            }
+            _ => {
+                let p = dvmlab_host::bootstrap::Prepared::new(params).map_err(|e| {
+                    format!("events need a node of the DVM (its daemon serves them): {e}")
+                })?;
+                let socket = p.settings.tool_socket(&p.identity.host, p.identity.rank);
+                (socket, p.identity.nspace, Peer::Tool, None)
+            }
+        };
+        let name = format!("the daemon of this node at {}", socket.display());
+        let stream = tokio::time::timeout(timeout, UnixStream::connect(&socket))
+            .await
+            .map_err(|_| format!("{name} did not answer within {timeout:?}"))?
+            .map_err(|e| format!("cannot reach {name}: {e}"))?;
+        served_by_us(&stream, &name)?;
+        let mut framed: Framed<Box<dyn Conn>, FrameCodec> =
+            Framed::new(Box::new(stream), FrameCodec::default());
+        framed
+            .send(Frame::Hello(Hello::new(&dvm, peer)))
+            .await
+            .map_err(|e| format!("{name}: {e}"))?;
+        match tokio::time::timeout(timeout, framed.next()).await {
+            Ok(Some(Ok(Frame::Welcome { .. }))) => framed.codec_mut().accepted(),
+            Ok(Some(Ok(Frame::Refuse { reason }))) => {
+                return Err(format!("{name} refused: {reason}"))
+            }
+            Ok(Some(Ok(other))) => return Err(format!("{name} answered hello with {other:?}")),
+            Ok(Some(Err(e))) => return Err(format!("{name}: {e}")),
+            Ok(None) => return Err(format!("{name} closed the connection")),
+            Err(_) => return Err(format!("no answer from {name} within {timeout:?}")),
+        }
+        Ok(Events {
+            framed: Some(framed),
+            core: EventClient::new(me),
+            ready: VecDeque::new(),
+            peer: name,
+        })
+    }
+
+    /// Registers a handler for `codes` (none: every code); its id, given to it when called.
+    pub async fn register(
+        &mut self,
+        codes: Vec<Status>,
+        directives: Directives,
+    ) -> Result<RegId, String> {
+        let (id, out) = self
+            .core
+            .register(codes, directives)
+            .map_err(|e| e.to_string())?;
+        self.carry_out(out).await?;
+        Ok(id)
+    }
+
+    /// Removes a registration (also from inside its handler).
+    pub async fn deregister(&mut self, id: RegId) -> Result<(), String> {
+        let out = self.core.deregister(id);
+        self.carry_out(out).await
+    }
+
+    /// Notifies an event to `range` (and, for `CUSTOM`, `targets`).
+    pub async fn notify(
+        &mut self,
+        code: Status,
+        range: Range,
+        targets: Vec<Proc>,
+        info: Vec<Info>,
+    ) -> Result<(), String> {
+        let out = self.core.notify(code, range, targets, info);
+        self.carry_out(out).await
+    }
+
+    /// Handler `reg` finished with `how` and its `results`.
+    pub async fn done(
+        &mut self,
+        reg: RegId,
+        how: Completion,
+        results: Vec<Info>,
+    ) -> Result<(), String> {
+        let out = self.core.handler_done(reg, how, results);
+        self.carry_out(out).await
+    }
+
+    /// The next thing to do or know. Once the daemon is gone, its loss is served to the
+    /// handlers (PMIx's lost-connection event) and then this fails.
+    pub async fn next(&mut self) -> Result<Step, String> {
+        loop {
+            if let Some(s) = self.ready.pop_front() {
+                return Ok(s);
+            }
+            let Some(framed) = self.framed.as_mut() else {
+                return Err(format!("{} closed the connection", self.peer));
+            };
+            let down = match framed.next().await {
+                Some(Ok(Frame::EventDown(d))) => Some(d),
+                Some(Ok(other)) => {
+                    return Err(format!("unexpected frame from {}: {other:?}", self.peer))
+                }
+                Some(Err(_)) | None => None,
+            };
+            match down {
+                Some(EventDown::Deliver { event }) => {
+                    let out = self.core.arrived(event);
+                    self.carry_out(out).await?;
+                }
+                Some(EventDown::Refused { id, reason }) => {
+                    self.ready.push_back(Step::Refused { id, reason });
+                }
+                None => {
+                    self.framed = None;
+                    let out = self.core.server_lost();
+                    self.carry_out(out).await?;
+                }
+            }
+        }
+    }
+
+    async fn carry_out(&mut self, out: Vec<Output>) -> Result<(), String> {
+        for o in out {
+            match o {
+                Output::Invoke(inv) => self.ready.push_back(Step::Invoke(inv)),
+                Output::Served { event, results } => {
+                    self.ready.push_back(Step::Served { event, results })
+                }
+                Output::Send(up) => {
+                    let Some(framed) = self.framed.as_mut() else {
+                        continue;
+                    };
+                    framed
+                        .send(Frame::Event(up))
+                        .await
+                        .map_err(|e| format!("{}: {e}", self.peer))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,395 @@
+//! `pevent`: listen for PMIx events with handlers described on the command line or in a
+//! JSON chain file, printing one JSON line per handler call; or notify an event.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::events::{Events, Step};
+use dvmlab_proto::event::{parse_code, Completion, Directives, Info, Proc, Range, Status};
+
+/// Listen for PMIx events on this node, or notify one (PMIx RFC 0002).
+///
+/// `pevent listen` registers the handlers given with --handler (or in a --chain file) and
+/// prints one JSON line when they are registered ({"ready": ...}), then one per handler
+/// call: the handler's name and registration id, the event's code, source and info, and the
+/// results array it was given (one entry per earlier handler of the chain); then what it
+/// returned. `pevent notify CODE` sends an event. Codes and ranges are numbers or PMIx names
+/// (-231, PMIX_EVENT_NODE_DOWN; 3, NAMESPACE).
+///
+/// Inside a job, pevent is one of the job's processes (it finds its daemon and identity in
+/// DVMLAB_EVENTS, DVMLAB_NSPACE and DVMLAB_PROC); elsewhere on a node of the DVM it is a tool.
+///
+/// Exit status: 0; 1 when --count events were not served before --timeout; 2 for a usage
+/// error; 3 when the daemon cannot be reached or refuses.
+#[derive(Parser, Debug)]
+#[command(name = "pevent", version, verbatim_doc_comment)]
+struct Cli {
+    /// The prte.conf to read (tools outside a job).
+    #[arg(long, value_name = "PATH", global = true)]
+    conf: Option<String>,
+
+    /// Set an MCA-style parameter, as for prted; may be repeated.
+    #[arg(long, num_args = 2, value_names = ["NAME", "VALUE"], action = clap::ArgAction::Append, global = true)]
+    prtemca: Vec<String>,
+
+    /// Seconds to wait for the daemon to answer.
+    #[arg(long, default_value_t = 10.0, global = true)]
+    connect_timeout: f64,
+
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// Register handlers and print each call as a JSON line.
+    Listen {
+        /// A handler: comma-separated NAME=VALUE pairs among name, codes (colon-separated),
+        /// status (what it returns: NO_ACTION_TAKEN, PARTIAL_ACTION_TAKEN, ACTION_DEFERRED,
+        /// ACTION_COMPLETE), job (true/false), env (true/false), prepend, results (KEY:VALUE
+        /// pairs separated by ';'), delay-ms (how long before it completes). May be repeated;
+        /// registered in order.
+        #[arg(long, value_name = "SPEC")]
+        handler: Vec<String>,
+
+        /// A JSON file: an array of handlers, each {"name", "codes", "status", "job_level",
+        /// "enviro_level", "prepend", "results": [{"key", "value"}], "delay_ms"}; registered
+        /// before the --handler ones.
+        #[arg(long, value_name = "FILE")]
+        chain: Option<String>,
+
+        /// Exit once this many events went through the chain.
+        #[arg(long)]
+        count: Option<u64>,
+
+        /// Exit (1 if --count was not reached) after this many seconds.
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<f64>,
+    },
+    /// Notify an event.
+    Notify {
+        /// The event's code: a number or a PMIx name.
+        #[arg(allow_hyphen_values = true)]
+        code: String,
+        /// Who receives it: PROC_LOCAL, LOCAL, NAMESPACE, SESSION, GLOBAL, RM, CUSTOM (or
+        /// the number).
+        #[arg(long, default_value = "SESSION")]
+        range: String,
+        /// A target of a CUSTOM range, NSPACE:RANK; may be repeated.
+        #[arg(long, value_name = "NSPACE:RANK")]
+        target: Vec<String>,
+        /// Info to carry, KEY=VALUE (the value as JSON if it parses, else a string); may be
+        /// repeated.
+        #[arg(long, value_name = "KEY=VALUE")]
+        info: Vec<String>,
+    },
+}
+
+/// One handler of a listener's chain.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HandlerSpec {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub codes: Vec<Status>,
+    #[serde(default)]
+    pub status: Completion,
+    #[serde(default)]
+    pub job_level: Option<bool>,
+    #[serde(default)]
+    pub enviro_level: Option<bool>,
+    #[serde(default)]
+    pub prepend: bool,
+    #[serde(default)]
+    pub results: Vec<Info>,
+    #[serde(default)]
+    pub delay_ms: u64,
+}
+
+fn boolean(key: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "true" | "yes" | "1" => Ok(true),
+        "false" | "no" | "0" => Ok(false),
+        _ => Err(format!("{key}={v}: expected true or false")),
+    }
+}
+
+/// A JSON value if `v` is one, else `v` as a string.
+fn value(v: &str) -> Value {
+    serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
+}
+
+/// Parses a `--handler` spec.
+pub fn parse_handler(spec: &str) -> Result<HandlerSpec, String> {
+    let mut h = HandlerSpec::default();
+    for part in spec.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        match k {
+            "name" => h.name = Some(v.to_string()),
+            "codes" => {
+                h.codes = v
+                    .split(':')
+                    .filter(|c| !c.is_empty())
+                    .map(|c| parse_code(c).ok_or_else(|| format!("codes: {c:?} is not a code")))
+                    .collect::<Result<_, _>>()?
+            }
+            "status" => {
+                h.status = Completion::parse(v)
+                    .ok_or_else(|| format!("status={v}: not a handler status"))?
+            }
+            "job" => h.job_level = Some(boolean(k, v)?),
+            "env" => h.enviro_level = Some(boolean(k, v)?),
+            "prepend" => h.prepend = v.is_empty() || boolean(k, v)?,
+            "results" => {
+                h.results = v
+                    .split(';')
+                    .filter(|r| !r.is_empty())
+                    .map(|r| {
+                        let (key, val) = r
+                            .split_once(':')
+                            .ok_or_else(|| format!("results: {r:?} is not KEY:VALUE"))?;
+                        Ok(Info {
+                            key: key.to_string(),
+                            value: value(val),
+                        })
+                    })
+                    .collect::<Result<_, String>>()?
+            }
+            "delay-ms" => {
+                h.delay_ms = v
+                    .parse()
+                    .map_err(|_| format!("delay-ms={v}: not a number of milliseconds"))?
+            }
+            other => return Err(format!("{spec}: unknown handler key {other:?}")),
+        }
+    }
+    Ok(h)
+}
+
+/// `pevent`'s command line, run by the `pevent` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("pevent: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err((code, msg)) => {
+            eprintln!("pevent: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn line(v: Value) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{v}");
+    let _ = out.flush();
+}
+
+async fn run(cli: Cli) -> Result<u8, (u8, String)> {
+    if !(cli.connect_timeout.is_finite() && cli.connect_timeout > 0.0) {
+        return Err((
+            2,
+            "--connect-timeout must be a number of seconds above 0".into(),
+        ));
+    }
+    let params = dvmlab_host::conf_file::tool_params(&cli.prtemca, cli.conf.as_deref());
+    match cli.what {
+        What::Notify {
+            code,
+            range,
+            target,
+            info,
+        } => {
+            let code = parse_code(&code).ok_or((2, format!("{code:?} is not an event code")))?;
+            let range = Range::parse(&range).ok_or((2, format!("--range {range}: not a range")))?;
+            let targets = target
+                .iter()
+                .map(|t| {
+                    let (ns, r) = t
+                        .rsplit_once(':')
+                        .ok_or((2, format!("--target {t}: expected NSPACE:RANK")))?;
+                    let rank = r
+                        .parse()
+                        .map_err(|_| (2, format!("--target {t}: {r:?} is not a rank")))?;
+                    Ok(Proc {
+                        nspace: ns.to_string(),
+                        rank,
+                    })
+                })
+                .collect::<Result<Vec<_>, (u8, String)>>()?;
+            let info = info
+                .iter()
+                .map(|i| {
+                    let (k, v) = i
+                        .split_once('=')
+                        .ok_or((2, format!("--info {i}: expected KEY=VALUE")))?;
+                    Ok(Info {
+                        key: k.to_string(),
+                        value: value(v),
+                    })
+                })
+                .collect::<Result<Vec<_>, (u8, String)>>()?;
+            let mut ev = Events::connect(&params, Duration::from_secs_f64(cli.connect_timeout))
+                .await
+                .map_err(|e| (3, e))?;
+            ev.notify(code, range, targets, info)
+                .await
+                .map_err(|e| (3, e))?;
+            Ok(0)
+        }
+        What::Listen {
+            handler,
+            chain,
+            count,
+            timeout,
+        } => {
+            let mut specs: Vec<HandlerSpec> = match chain {
+                None => Vec::new(),
+                Some(path) => {
+                    let text = std::fs::read_to_string(&path)
+                        .map_err(|e| (2, format!("--chain {path}: {e}")))?;
+                    serde_json::from_str(&text).map_err(|e| (2, format!("--chain {path}: {e}")))?
+                }
+            };
+            for h in &handler {
+                specs.push(parse_handler(h).map_err(|e| (2, format!("--handler {e}")))?);
+            }
+            if specs.is_empty() {
+                return Err((2, "listen needs at least one --handler or a --chain".into()));
+            }
+            let deadline = match timeout {
+                Some(t) if t.is_finite() && t > 0.0 => {
+                    Some(tokio::time::Instant::now() + Duration::from_secs_f64(t))
+                }
+                Some(_) => return Err((2, "--timeout must be a number of seconds above 0".into())),
+                None => None,
+            };
+            let mut ev = Events::connect(&params, Duration::from_secs_f64(cli.connect_timeout))
+                .await
+                .map_err(|e| (3, e))?;
+            listen(&mut ev, specs, count, deadline).await
+        }
+    }
+}
+
+async fn listen(
+    ev: &mut Events,
+    specs: Vec<HandlerSpec>,
+    count: Option<u64>,
+    deadline: Option<tokio::time::Instant>,
+) -> Result<u8, (u8, String)> {
+    let mut by_id = std::collections::BTreeMap::new();
+    let mut ids = Vec::new();
+    for h in specs {
+        let id = ev
+            .register(
+                h.codes.clone(),
+                Directives {
+                    name: h.name.clone(),
+                    job_level: h.job_level,
+                    enviro_level: h.enviro_level,
+                    prepend: h.prepend,
+                },
+            )
+            .await
+            .map_err(|e| (3, e))?;
+        ids.push(json!({"id": id, "name": h.name}));
+        by_id.insert(id, h);
+    }
+    line(json!({"ready": true, "registrations": ids}));
+    let mut served = 0u64;
+    if count == Some(0) {
+        return Ok(0);
+    }
+    loop {
+        let step = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, ev.next()).await {
+                Ok(s) => s,
+                Err(_) => return Ok(if count.is_some() { 1 } else { 0 }),
+            },
+            None => ev.next().await,
+        };
+        match step.map_err(|e| (3, e))? {
+            Step::Invoke(inv) => {
+                let Some(h) = by_id.get(&inv.reg) else {
+                    continue;
+                };
+                line(json!({
+                    "handler": h.name,
+                    "id": inv.reg,
+                    "code": inv.event.code,
+                    "source": inv.event.source,
+                    "info": inv.event.info,
+                    "results": inv.results.iter().map(|r| r.to_info()).collect::<Vec<_>>(),
+                    "returns": h.status,
+                }));
+                if h.delay_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(h.delay_ms)).await;
+                }
+                ev.done(inv.reg, h.status, h.results.clone())
+                    .await
+                    .map_err(|e| (3, e))?;
+            }
+            Step::Served { event, results } => {
+                line(json!({
+                    "served": event.code,
+                    "handlers": results.iter().map(|r| r.to_info()).collect::<Vec<_>>(),
+                }));
+                served += 1;
+                if count.is_some_and(|c| served >= c) {
+                    return Ok(0);
+                }
+            }
+            Step::Refused { id, reason } => {
+                return Err((3, format!("registration {id} refused: {reason}")))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handler_specs_parse_and_bad_ones_name_what_is_wrong() {
+        let h = parse_handler(
+            "name=h1,codes=-231:PMIX_ERR_PROC_ABORTED,status=ACTION_COMPLETE,env=true,prepend,results=k:1;s:x,delay-ms=20",
+        )
+        .unwrap();
+        assert_eq!(h.name.as_deref(), Some("h1"));
+        assert_eq!(h.codes, [-231, -7]);
+        assert_eq!(h.status, Completion::ActionComplete);
+        assert_eq!(
+            (h.enviro_level, h.prepend, h.delay_ms),
+            (Some(true), true, 20)
+        );
+        assert_eq!(h.results[0].value, json!(1));
+        assert_eq!(h.results[1].value, json!("x"));
+        for (bad, says) in [
+            ("codes=nope", "nope"),
+            ("status=MAYBE", "MAYBE"),
+            ("colour=red", "colour"),
+            ("job=perhaps", "job=perhaps"),
+            ("delay-ms=soon", "delay-ms"),
+        ] {
+            let e = parse_handler(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+}
