@@ -10,6 +10,7 @@ use dvmlab_proto::contract::{JobReport, StatusReport};
 pub const PRTED: &str = env!("CARGO_BIN_EXE_prted");
 pub const PCTL: &str = env!("CARGO_BIN_EXE_pctl");
 pub const PRUN: &str = env!("CARGO_BIN_EXE_prun");
+pub const PEVENT: &str = env!("CARGO_BIN_EXE_pevent");
 
 /// What a test needs from the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

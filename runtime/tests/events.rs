@@ -1,0 +1,173 @@
+//! End to end: PMIx events (RFC 0002) between job processes and tools on different nodes,
+//! through their daemons and the tree, observed with `pevent`'s JSON lines.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use dvmlab_harness::wait_until;
+use serde_json::Value;
+
+/// Starts `pevent ARGS` on `host`, its stdout to `out`.
+fn spawn_pevent(dvm: &Dvm, host: &str, args: &[&str], out: &Path) -> std::process::Child {
+    let mut argv = vec![PEVENT.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    dvm.cluster
+        .command(host, &argv)
+        .unwrap()
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Runs `pevent ARGS` on `host` to its end; (success, stderr).
+fn pevent(dvm: &Dvm, host: &str, args: &[&str]) -> (bool, String) {
+    let mut argv = vec![PEVENT.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let (st, _, err) = dvm
+        .cluster
+        .exec_within(host, &argv, Duration::from_secs(20))
+        .unwrap();
+    (st.is_some_and(|s| s.success()), err)
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn wait_exit(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        child
+            .try_wait()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{what} still running"))
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn an_event_notified_on_one_node_runs_a_listeners_chain_on_another_in_order_with_results() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-chain", Needs::AnyBackend, 3, 2) else {
+        return;
+    };
+    let out = dvm.cluster.run_dir().join("listener.out");
+    let mut listener = spawn_pevent(
+        &dvm,
+        "n03",
+        &[
+            "listen",
+            "--handler",
+            "name=b",
+            "--handler",
+            "name=a,codes=-3001,status=PARTIAL_ACTION_TAKEN,results=k:1",
+            "--handler",
+            "name=last,codes=-3001:-3002",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ],
+        &out,
+    );
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let t = std::fs::read_to_string(&out).unwrap_or_default();
+        if t.contains("\"ready\"") {
+            Ok(())
+        } else {
+            Err(format!("listener not ready: {t:?}"))
+        }
+    })
+    .unwrap();
+    let (ok, err) = pevent(
+        &dvm,
+        "n01",
+        &["notify", "-3001", "--range", "SESSION", "--info", "x=7"],
+    );
+    assert!(ok, "{err}");
+    assert!(wait_exit(&mut listener, "the listener").success());
+    let lines = json_lines(&std::fs::read_to_string(&out).unwrap());
+    let calls: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l.get("handler").is_some())
+        .collect();
+    let order: Vec<&str> = calls
+        .iter()
+        .map(|c| c["handler"].as_str().unwrap())
+        .collect();
+    // The specific code first, then the group containing it, then the default handler.
+    assert_eq!(order, ["a", "last", "b"], "{lines:?}");
+    assert_eq!(
+        calls[0]["info"],
+        serde_json::json!([{"key": "x", "value": 7}])
+    );
+    assert_eq!(calls[0]["results"], serde_json::json!([]));
+    assert_eq!(
+        calls[2]["results"],
+        serde_json::json!([
+            {"key": "a", "value": [{"key": "a", "value": -332}, {"key": "k", "value": 1}]},
+            {"key": "last", "value": [{"key": "last", "value": -331}]}
+        ]),
+        "each handler sees every earlier one's name, status and results"
+    );
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_custom_event_reaches_exactly_its_target_processes_even_before_they_register() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-custom", Needs::AnyBackend, 3, 2) else {
+        return;
+    };
+    let out = dvm.cluster.run_dir().join("job.out");
+    // Process 2 is not a target: it listens for 4 s and must hear nothing.
+    let script = format!(
+        "if [ $DVMLAB_PROC = 2 ]; then exec {PEVENT} listen --handler name=h --timeout 4; \
+         else exec {PEVENT} listen --handler name=h --count 1 --timeout 20; fi"
+    );
+    let mut job = spawn_prun(
+        &dvm,
+        &["-n", "3", "--tag-output", "sh", "-c", &script],
+        &out,
+    );
+    let js = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let js = jobs(&dvm);
+        match js.last() {
+            Some(j) if j.state == "RUNNING" => Ok(js),
+            other => Err(format!("job not running yet: {other:?}")),
+        }
+    })
+    .unwrap();
+    let nspace = format!("{}@{}", dvm.status().unwrap().namespace, js[0].id);
+    let (ok, err) = pevent(
+        &dvm,
+        &dvm.ctl.clone(),
+        &[
+            "notify",
+            "PMIX_ERR_PROC_ABORTED",
+            "--range",
+            "CUSTOM",
+            "--target",
+            &format!("{nspace}:0"),
+            "--target",
+            &format!("{nspace}:1"),
+        ],
+    );
+    assert!(ok, "{err}");
+    let st = wait_exit(&mut job, "the job");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(st.success(), "{text}");
+    for p in 0..3 {
+        let heard = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("[{p}] ")) && l.contains("\"handler\""))
+            .count();
+        assert_eq!(heard, usize::from(p < 2), "process {p}:\n{text}");
+    }
+    assert!(text.contains("\"code\":-7"), "{text}");
+    dvm.stop_cleanly(&hosts);
+}
