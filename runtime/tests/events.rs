@@ -171,3 +171,103 @@ fn a_custom_event_reaches_exactly_its_target_processes_even_before_they_register
     assert!(text.contains("\"code\":-7"), "{text}");
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn a_process_killed_by_a_signal_is_announced_to_the_other_processes_of_its_job() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-abort", Needs::AnyBackend, 3, 2) else {
+        return;
+    };
+    // Process 0 dies by SIGKILL, perhaps before the others even registered: they hear it.
+    let script = format!(
+        "if [ $DVMLAB_PROC = 0 ]; then kill -9 $$; \
+         else exec {PEVENT} listen --handler name=h,codes=PMIX_ERR_PROC_ABORTED --count 1 --timeout 20; fi"
+    );
+    let (code, out, err) = prun(&dvm, &["-n", "3", "--tag-output", "sh", "-c", &script]);
+    assert_eq!(code, Some(137), "{out}{err}");
+    for p in [1, 2] {
+        let call = json_lines(
+            &out.lines()
+                .filter(|l| l.starts_with(&format!("[{p}] ")))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+        .into_iter()
+        .find(|l| l.get("handler").is_some())
+        .unwrap_or_else(|| panic!("process {p} heard nothing:\n{out}{err}"));
+        assert_eq!(call["code"], -7);
+        let affected = call["info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["key"] == "pmix.evaffected")
+            .unwrap();
+        assert_eq!(affected["value"]["rank"], 0, "{call}");
+    }
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_lost_daemon_is_an_environment_event_for_those_that_asked() {
+    let Some((dvm, _)) = Dvm::formed("events-nodedown", Needs::AnyBackend, 3, 2) else {
+        return;
+    };
+    let out = dvm.cluster.run_dir().join("env.out");
+    let job_only = dvm.cluster.run_dir().join("job.out");
+    let mut env = spawn_pevent(
+        &dvm,
+        "n01",
+        &[
+            "listen",
+            "--handler",
+            "name=env,codes=PMIX_EVENT_NODE_DOWN,env=true",
+            "--count",
+            "1",
+            "--timeout",
+            "30",
+        ],
+        &out,
+    );
+    let mut job = spawn_pevent(
+        &dvm,
+        "n02",
+        &[
+            "listen",
+            "--handler",
+            "name=job,codes=PMIX_EVENT_NODE_DOWN",
+            "--count",
+            "1",
+            "--timeout",
+            "12",
+        ],
+        &job_only,
+    );
+    for f in [&out, &job_only] {
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            let t = std::fs::read_to_string(f).unwrap_or_default();
+            if t.contains("\"ready\"") {
+                Ok(())
+            } else {
+                Err(format!("listener not ready: {t:?}"))
+            }
+        })
+        .unwrap();
+    }
+    let mut dvm = dvm;
+    dvm.cluster.kill("n03").unwrap();
+    assert!(wait_exit(&mut env, "the environment listener").success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let call = json_lines(&text)
+        .into_iter()
+        .find(|l| l.get("handler").is_some())
+        .unwrap();
+    assert_eq!(call["code"], -231, "{text}");
+    assert!(text.contains("\"n03\""), "{text}");
+    // A registration that did not ask for environment events never sees one.
+    assert_eq!(
+        wait_exit(&mut job, "the job-level listener").code(),
+        Some(1)
+    );
+    assert!(!std::fs::read_to_string(&job_only)
+        .unwrap()
+        .contains("\"handler\""));
+}

@@ -14,7 +14,10 @@ use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
 use crate::jobs::{self, JobManager, Persisted};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
 use crate::tree::Rank;
-use dvmlab_proto::event::job_nspace;
+use dvmlab_proto::event::{
+    job_nspace, Audience, Event, Info, Level, Travelling, ERR_PROC_ABORTED, EVENT_NODE_DOWN,
+    EVENT_PROC_TERMINATED,
+};
 use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply, ToolRequest};
 
 /// The current time: monotonic for timers and liveness, wall-clock for what is reported.
@@ -135,6 +138,10 @@ impl DaemonCore {
     pub fn handle(&mut self, now: Now, input: Input) -> Vec<Output> {
         let first = match input {
             Input::Net(i) => Work::Node(i),
+            Input::Shell(exec::Input::ProcExited { id, proc, status }) => {
+                self.proc_exited(now, id, proc, status);
+                return std::mem::take(&mut self.out);
+            }
             Input::Shell(i) => Work::Exec(i),
             Input::JobLimit(id) => Work::Mgr(jobs::Input::TimeLimit(id)),
         };
@@ -196,7 +203,12 @@ impl DaemonCore {
                 timer: Timer::Net(timer),
                 delay,
             },
-            overlay::Output::Exec(i) => return work.push_back(Work::Exec(i)),
+            overlay::Output::Exec(i) => {
+                if let exec::Input::Lost(ranks) = &i {
+                    self.nodes_down(ranks, work);
+                }
+                return work.push_back(Work::Exec(i));
+            }
             overlay::Output::JobTool { link, req } => return self.job_tool(link, req, work),
             overlay::Output::StatusFor { link } => {
                 let reply = ToolReply::Status(self.status());
@@ -286,6 +298,73 @@ impl DaemonCore {
             exec::Output::Log(l) => Output::Log(l),
         };
         self.out.push(out);
+    }
+
+    /// A local job process exited: nothing waits for it any more, and if it died by a
+    /// signal (`PMIX_ERR_PROC_ABORTED`) or exited non-zero (`PMIX_EVENT_PROC_TERMINATED`)
+    /// the other processes of its job hear of it, wherever they run.
+    fn proc_exited(&mut self, now: Now, id: JobId, proc: u32, status: i32) {
+        let nspace = job_nspace(&self.nspace, id);
+        let mut work = VecDeque::from([Work::Event(hub::Input::ProcGone {
+            nspace: nspace.clone(),
+            rank: proc,
+        })]);
+        let signal = status & 0x7f;
+        let code = if signal != 0 {
+            Some(ERR_PROC_ABORTED)
+        } else if (status >> 8) & 0xff != 0 {
+            Some(EVENT_PROC_TERMINATED)
+        } else {
+            None
+        };
+        if let Some(code) = code {
+            let info = vec![
+                Info {
+                    key: "pmix.evaffected".into(),
+                    value: serde_json::json!({"nspace": nspace, "rank": proc}),
+                },
+                Info {
+                    key: "pmix.exit.status".into(),
+                    value: serde_json::json!(status),
+                },
+            ];
+            work.push_back(Work::Event(hub::Input::Raise(Travelling {
+                audience: Audience::Job { nspace },
+                event: Event {
+                    code,
+                    source: None,
+                    info,
+                    level: Level::Job,
+                },
+            })));
+        }
+        self.run(now, work);
+    }
+
+    /// Controller: daemons were lost. Every node hears it as an environment event
+    /// (`PMIX_EVENT_NODE_DOWN`), one per rank.
+    fn nodes_down(&self, ranks: &dvmlab_proto::idset::IdSet, work: &mut VecDeque<Work>) {
+        for r in ranks.iter() {
+            let info = vec![
+                Info {
+                    key: "pmix.rank".into(),
+                    value: serde_json::json!(r),
+                },
+                Info {
+                    key: "pmix.hname".into(),
+                    value: serde_json::json!(self.node.roster().host(r)),
+                },
+            ];
+            work.push_back(Work::Event(hub::Input::Raise(Travelling {
+                audience: Audience::Everyone,
+                event: Event {
+                    code: EVENT_NODE_DOWN,
+                    source: None,
+                    info,
+                    level: Level::Environment,
+                },
+            })));
+        }
     }
 
     fn event_output(&mut self, o: hub::Output) {

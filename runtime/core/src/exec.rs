@@ -109,6 +109,13 @@ pub enum Input {
         id: JobId,
         status: i32,
     },
+    /// One local process of `id` exited with this wait status. For PMIx events (the daemon
+    /// core hands it to its event hub); job-exec itself goes by `ShellExited`.
+    ProcExited {
+        id: JobId,
+        proc: u32,
+        status: i32,
+    },
     /// The local epilog finished: this rank's resources may go.
     EpilogDone {
         id: JobId,
@@ -320,6 +327,7 @@ impl JobExec {
                 Some((s, entered)) if *s == seq => entered.insert(me),
                 _ => j.barrier = Some((seq, IdSet::range(me, me))),
             }),
+            Input::ProcExited { .. } => {}
             Input::ShellExited { id, status } => {
                 self.local(id, |j, me| {
                     j.shell = Some(Shell::Exited);

@@ -282,14 +282,24 @@ impl Runner {
                         // Waited for at once, so a process that exits while its siblings are
                         // still being started is reaped at once: a node starting thousands
                         // for one job does not hold thousands of zombies (pids are finite).
+                        let told = events.clone();
                         children.push(tokio::spawn(async move {
-                            match child.wait().await {
+                            let st = match child.wait().await {
                                 Ok(st) => st.into_raw(),
                                 Err(e) => {
                                     warn!("waiting for a process of job {id}: {e}");
                                     1 << 8
                                 }
-                            }
+                            };
+                            // For PMIx events: the job's other processes may hear of it.
+                            let _ = told
+                                .send(Input::ProcExited {
+                                    id,
+                                    proc,
+                                    status: st,
+                                })
+                                .await;
+                            st
                         }));
                     }
                     Err(e) => {

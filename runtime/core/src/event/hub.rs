@@ -45,6 +45,11 @@ pub enum Input {
         nspace: String,
         ranks: Vec<u32>,
     },
+    /// Process `rank` of job `nspace` exited on this node.
+    ProcGone {
+        nspace: String,
+        rank: u32,
+    },
     /// Job `nspace` has no process left on this node.
     JobGone {
         nspace: String,
@@ -117,6 +122,12 @@ impl EventHub {
             }
             Input::LocalProcs { nspace, ranks } => {
                 self.local.entry(nspace).or_default().extend(ranks);
+            }
+            Input::ProcGone { nspace, rank } => {
+                if let Some(r) = self.local.get_mut(&nspace) {
+                    r.remove(&rank);
+                }
+                self.server.proc_gone(&nspace, rank);
             }
             Input::JobGone { nspace } => {
                 self.local.remove(&nspace);

@@ -247,6 +247,19 @@ impl LocalServer {
             .collect()
     }
 
+    /// Process `rank` of job `nspace` exited: nothing waits for it any more.
+    pub fn proc_gone(&mut self, nspace: &str, rank: u32) {
+        if let Some(list) = self.kept.get_mut(nspace) {
+            for k in list.iter_mut() {
+                k.waiting.remove(&rank);
+            }
+            list.retain(|k| !k.waiting.is_empty());
+            if list.is_empty() {
+                self.kept.remove(nspace);
+            }
+        }
+    }
+
     /// Every local process of job `nspace` is gone: nothing is kept for it any more.
     pub fn job_ended(&mut self, nspace: &str) {
         self.kept.remove(nspace);
