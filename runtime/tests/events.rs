@@ -271,3 +271,75 @@ fn a_lost_daemon_is_an_environment_event_for_those_that_asked() {
         .unwrap()
         .contains("\"handler\""));
 }
+
+#[test]
+fn a_listener_killed_mid_chain_and_one_that_registers_too_many_leave_the_daemon_serving() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-rude", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    let slow_out = dvm.cluster.run_dir().join("slow.out");
+    let mut slow = spawn_pevent(
+        &dvm,
+        "n01",
+        &[
+            "listen",
+            "--handler",
+            "name=slow,delay-ms=60000",
+            "--timeout",
+            "60",
+        ],
+        &slow_out,
+    );
+    let wait_for = |f: &Path, what: &str| {
+        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            let t = std::fs::read_to_string(f).unwrap_or_default();
+            if t.contains(what) {
+                Ok(())
+            } else {
+                Err(format!("no {what} yet: {t:?}"))
+            }
+        })
+        .unwrap()
+    };
+    wait_for(&slow_out, "\"ready\"");
+    let (ok, err) = pevent(&dvm, "n02", &["notify", "-3001", "--range", "SESSION"]);
+    assert!(ok, "{err}");
+    wait_for(&slow_out, "\"handler\"");
+    slow.kill().unwrap();
+    let _ = slow.wait();
+    // A chain file of more handlers than a process may register: refused, said so.
+    let chain = dvm.cluster.run_dir().join("many.json");
+    let many: Vec<serde_json::Value> = (0..1100)
+        .map(|i| serde_json::json!({"name": format!("h{i}"), "codes": [-3001]}))
+        .collect();
+    std::fs::write(&chain, serde_json::to_string(&many).unwrap()).unwrap();
+    let chain_arg = chain.to_string_lossy().into_owned();
+    let (ok, err) = pevent(
+        &dvm,
+        "n01",
+        &["listen", "--chain", &chain_arg, "--count", "1"],
+    );
+    assert!(!ok && err.contains("1024"), "{err}");
+    // The daemon serves the next listener as before.
+    let out = dvm.cluster.run_dir().join("after.out");
+    let mut after = spawn_pevent(
+        &dvm,
+        "n01",
+        &[
+            "listen",
+            "--handler",
+            "name=after",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ],
+        &out,
+    );
+    wait_for(&out, "\"ready\"");
+    let (ok, err) = pevent(&dvm, "n02", &["notify", "-3002", "--range", "SESSION"]);
+    assert!(ok, "{err}");
+    assert!(wait_exit(&mut after, "the second listener").success());
+    assert!(dvm.status().unwrap().formed);
+    dvm.stop_cleanly(&hosts);
+}
