@@ -96,6 +96,14 @@ fn net(i: overlay::Input) -> Event {
     Event::Input(Input::Net(i))
 }
 
+/// Why a frame could not be queued on a link.
+enum SendError {
+    /// The link is to be dropped, for this reason.
+    Drop(String),
+    /// The peer closed: the frame is moot, and the link's reader reports the close.
+    PeerClosed,
+}
+
 /// The shell's handle on one connection: its outgoing queue of encoded frames (bounded by
 /// the bytes in it, [`MAX_LINK_QUEUE`]), and what stops its reader.
 struct LinkHandle {
@@ -109,19 +117,19 @@ struct LinkHandle {
 
 impl LinkHandle {
     /// Queues `frame`, or says why it cannot: too large to encode, or a peer that leaves
-    /// [`MAX_LINK_QUEUE`] bytes unread. Either way the link is to be dropped.
-    fn send(&self, frame: &Frame) -> Result<(), String> {
-        let bytes = encode_frame(frame)?;
+    /// [`MAX_LINK_QUEUE`] bytes unread (the link is to be dropped), or a writer that
+    /// stopped because the peer closed (its reader reports the close once it has read
+    /// everything the peer sent).
+    fn send(&self, frame: &Frame) -> Result<(), SendError> {
+        let bytes = encode_frame(frame).map_err(SendError::Drop)?;
         let queued = self.queued.load(Ordering::Relaxed);
         if queued + bytes.len() > MAX_LINK_QUEUE {
-            return Err(format!(
+            return Err(SendError::Drop(format!(
                 "the peer leaves {queued} bytes unread (at most {MAX_LINK_QUEUE} are queued)"
-            ));
+            )));
         }
         self.queued.fetch_add(bytes.len(), Ordering::Relaxed);
-        self.tx
-            .send(bytes)
-            .map_err(|_| "its writer has stopped".to_string())
+        self.tx.send(bytes).map_err(|_| SendError::PeerClosed)
     }
 
     fn queued(&self) -> usize {
@@ -390,13 +398,19 @@ fn send_on(
     let Some(h) = links.get(&link) else {
         return;
     };
-    if let Err(why) = h.send(frame) {
-        warn!("link {link}: cannot send: {why}; dropping the link");
-        if let Some(h) = links.remove(&link) {
-            h.reading.cancel();
-            h.writer.abort();
+    match h.send(frame) {
+        Ok(()) => {}
+        // What the peer sent before it closed (a stopping child's `Stopped`) may still be
+        // unread: the reader reads it, then reports the close.
+        Err(SendError::PeerClosed) => debug!("link {link}: the peer closed; frame dropped"),
+        Err(SendError::Drop(why)) => {
+            warn!("link {link}: cannot send: {why}; dropping the link");
+            if let Some(h) = links.remove(&link) {
+                h.reading.cancel();
+                h.writer.abort();
+            }
+            inbox.push_back(Input::Net(overlay::Input::Closed { link }));
         }
-        inbox.push_back(Input::Net(overlay::Input::Closed { link }));
     }
 }
 
@@ -647,6 +661,17 @@ where
             };
             let failed = match tokio::time::timeout(WRITE_STALL, write.write_all(out)).await {
                 Ok(Ok(())) => None,
+                // The peer closed: its last frames may still wait in our receive queue, and
+                // the reader reports the close once it has read them.
+                Ok(Err(e))
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    debug!("{peer}: write failed: {e}; the peer closed");
+                    return;
+                }
                 Ok(Err(e)) => Some(format!("write failed: {e}")),
                 Err(_) => Some(format!("no write went through for {WRITE_STALL:?}")),
             };
