@@ -343,3 +343,51 @@ fn a_listener_killed_mid_chain_and_one_that_registers_too_many_leave_the_daemon_
     assert!(dvm.status().unwrap().formed);
     dvm.stop_cleanly(&hosts);
 }
+
+#[test]
+fn a_tool_registered_for_job_end_hears_every_job_end_with_its_status() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-jobend", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    let out = dvm.cluster.run_dir().join("end.out");
+    let mut l = spawn_pevent(
+        &dvm,
+        "n02",
+        &[
+            "listen",
+            "--handler",
+            "name=end,codes=PMIX_EVENT_JOB_END",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ],
+        &out,
+    );
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let t = std::fs::read_to_string(&out).unwrap_or_default();
+        if t.contains("\"ready\"") {
+            Ok(())
+        } else {
+            Err(format!("listener not ready: {t:?}"))
+        }
+    })
+    .unwrap();
+    let (code, _, err) = prun(&dvm, &["-n", "2", "sh", "-c", "exit 3"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(wait_exit(&mut l, "the listener").success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let call = json_lines(&text)
+        .into_iter()
+        .find(|l| l.get("handler").is_some())
+        .unwrap();
+    assert_eq!(call["code"], -145, "{text}");
+    let status = call["info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["key"] == "pmix.job.term.status")
+        .unwrap();
+    assert_eq!(status["value"], 3 << 8, "{call}");
+    dvm.stop_cleanly(&hosts);
+}

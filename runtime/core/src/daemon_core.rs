@@ -15,8 +15,8 @@ use crate::jobs::{self, JobManager, Persisted};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
 use crate::tree::Rank;
 use dvmlab_proto::event::{
-    job_nspace, Audience, Event, Info, Level, Travelling, ERR_PROC_ABORTED, EVENT_NODE_DOWN,
-    EVENT_PROC_TERMINATED,
+    job_nspace, Audience, Event, Info, Level, Travelling, ERR_PROC_ABORTED, EVENT_JOB_END,
+    EVENT_NODE_DOWN, EVENT_PROC_TERMINATED,
 };
 use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply, ToolRequest};
 
@@ -367,6 +367,37 @@ impl DaemonCore {
         }
     }
 
+    /// Controller: job `id` ended. Every tool and job process registered for it hears
+    /// `PMIX_EVENT_JOB_END`, with the job's namespace, status and exception.
+    fn job_end(&self, id: JobId, status: i32, exception: Option<String>) -> hub::Input {
+        let mut info = vec![
+            Info {
+                key: "pmix.evaffected".into(),
+                // PMIx's wildcard rank: the whole job.
+                value: serde_json::json!({"nspace": job_nspace(&self.nspace, id), "rank": u32::MAX - 1}),
+            },
+            Info {
+                key: "pmix.job.term.status".into(),
+                value: serde_json::json!(status),
+            },
+        ];
+        if let Some(e) = exception {
+            info.push(Info {
+                key: "pmix.job.exception".into(),
+                value: serde_json::json!(e),
+            });
+        }
+        hub::Input::Raise(Travelling {
+            audience: Audience::Everyone,
+            event: Event {
+                code: EVENT_JOB_END,
+                source: None,
+                info,
+                level: Level::Job,
+            },
+        })
+    }
+
     fn event_output(&mut self, o: hub::Output) {
         match o {
             hub::Output::ToClient { link, down } => self.out.push(Output::Net(Io::Send {
@@ -408,6 +439,11 @@ impl DaemonCore {
                 delay,
             },
             jobs::Output::Persist(live) => Output::Persist(live),
+            jobs::Output::Ended {
+                id,
+                status,
+                exception,
+            } => return work.push_back(Work::Event(self.job_end(id, status, exception))),
         };
         self.out.push(out);
     }

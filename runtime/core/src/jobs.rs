@@ -65,6 +65,12 @@ pub enum Output {
     },
     /// The live jobs, to be written where a restarted controller finds them.
     Persist(Vec<Persisted>),
+    /// Job `id` ended (every rank released) with this greatest wait status.
+    Ended {
+        id: JobId,
+        status: i32,
+        exception: Option<String>,
+    },
 }
 
 /// A live job as persisted across controller restarts.
@@ -384,10 +390,15 @@ impl JobManager {
                         ToolReply::JobEnded {
                             id,
                             status,
-                            exception,
+                            exception: exception.clone(),
                         },
                     );
                 }
+                self.emit(Output::Ended {
+                    id,
+                    status,
+                    exception,
+                });
                 self.persist();
             }
             JobEvent::StdinAck { id, bytes } => {
