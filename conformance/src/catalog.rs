@@ -69,6 +69,10 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../catalog/bootstrap.toml"),
     ),
     ("catalog/rfc33.toml", include_str!("../catalog/rfc33.toml")),
+    (
+        "catalog/pmix-rfc0002.toml",
+        include_str!("../catalog/pmix-rfc0002.toml"),
+    ),
 ];
 
 /// Parses one catalog and checks its ids: unique, prefixed by the spec name.

@@ -8,12 +8,14 @@
 //!
 //! Code map: [`runner`] (libtest-compatible trials, sharing, records), [`catalog`] and
 //! [`traceability`] (the items and the matrix), [`profile`], [`knobs`] (matrix cells),
-//! [`sut`] (the implementation on a cluster), [`status`] (the JSON it must print),
+//! [`sut`] (the implementation on a cluster), [`listeners`] (its PMIx event listeners
+//! and notifications), [`status`] (the JSON it must print),
 //! [`checks`] (the tests), [`report`] (results.json, JUnit, Markdown), [`outcome`].
 
 pub mod catalog;
 pub mod checks;
 pub mod knobs;
+pub mod listeners;
 pub mod outcome;
 pub mod profile;
 pub mod report;

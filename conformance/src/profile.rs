@@ -125,6 +125,23 @@ pub struct Jobs {
     pub barrier_fd_env: Option<String>,
 }
 
+/// How to listen for and notify PMIx events (the RFC 0002 items). The suite appends
+/// `--chain FILE --timeout SECS` to a listener (the chain file and the JSON lines it prints
+/// are documented in `conformance/README.md`) and `CODE --range R [--target NSPACE:RANK]...
+/// [--info KEY=VALUE]...` to `notify`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Events {
+    /// A listener that is a tool on the host it runs on.
+    pub listen: Vec<String>,
+    /// A job of `{nprocs}` listeners on `{hosts}` (comma separated), its lines prefixed by
+    /// `[PROC] `; each finds its namespace (printed in its `ready` line) and rank itself.
+    pub listen_in_job: Vec<String>,
+    /// Notifies one event, as a tool on the host it runs on; inside a job (the suite runs it
+    /// from a job's process through `listen_in_job`'s job) as that process.
+    pub notify: Vec<String>,
+}
+
 /// Optional features an implementation declares. Items that need an absent one are
 /// UNSUPPORTED.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -151,6 +168,7 @@ struct Raw {
     mca: Option<Mca>,
     process_backend: Option<ProcessBackend>,
     jobs: Option<Jobs>,
+    events: Option<Events>,
     #[serde(default)]
     features: Features,
 }
@@ -169,6 +187,7 @@ pub struct Profile {
     pub mca: Option<Mca>,
     pub process_backend: Option<ProcessBackend>,
     pub jobs: Option<Jobs>,
+    pub events: Option<Events>,
     pub features: Features,
 }
 
@@ -184,6 +203,9 @@ impl Profile {
         commands.extend(self.identity.as_ref().map(|c| &c.command));
         if let Some(j) = &self.jobs {
             commands.extend([&j.submit, &j.list, &j.kill]);
+        }
+        if let Some(e) = &self.events {
+            commands.extend([&e.listen, &e.listen_in_job, &e.notify]);
         }
         let mut dirs: Vec<PathBuf> = commands
             .into_iter()
@@ -279,6 +301,18 @@ impl Profile {
                 return Err(err("jobs.proc_env", "must name an environment variable"));
             }
         }
+        if let Some(e) = raw.events.as_mut() {
+            for (key, words) in [
+                ("events.listen", &mut e.listen),
+                ("events.listen_in_job", &mut e.listen_in_job),
+                ("events.notify", &mut e.notify),
+            ] {
+                if words.is_empty() {
+                    return Err(err(key, "must name a program"));
+                }
+                fill(words, &vars);
+            }
+        }
         if let Some(id) = raw.identity.as_mut() {
             if id.command.is_empty() {
                 return Err(err("identity.command", "must name a program"));
@@ -316,6 +350,7 @@ impl Profile {
             mca: raw.mca,
             process_backend: raw.process_backend,
             jobs: raw.jobs,
+            events: raw.events,
             features: raw.features,
         })
     }

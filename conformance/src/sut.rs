@@ -283,6 +283,11 @@ impl<'a> Dvm<'a> {
         self.born
     }
 
+    /// The profile driving this DVM.
+    pub fn profile(&self) -> &crate::profile::Profile {
+        &self.ctx.profile
+    }
+
     /// Whether the profile's status reports `f`.
     pub fn reports(&self, f: Field) -> bool {
         self.ctx.profile.status.reports(f)

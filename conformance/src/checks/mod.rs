@@ -4,6 +4,7 @@ use crate::outcome::Verdict;
 use crate::sut::Ctx;
 
 mod bootstrap;
+mod rfc0002;
 mod rfc33;
 
 /// One registered test.
@@ -41,5 +42,6 @@ pub(crate) use tests;
 pub fn all() -> Vec<TestDef> {
     let mut v = bootstrap::tests();
     v.extend(rfc33::tests());
+    v.extend(rfc0002::tests());
     v
 }

@@ -107,6 +107,11 @@ impl Events {
         })
     }
 
+    /// The job process this is (`None` for a tool).
+    pub fn me(&self) -> Option<&Proc> {
+        self.core.me()
+    }
+
     /// Registers a handler for `codes` (none: every code); its id, given to it when called.
     pub async fn register(
         &mut self,

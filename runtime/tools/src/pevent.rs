@@ -14,7 +14,8 @@ use dvmlab_proto::event::{parse_code, Completion, Directives, Info, Proc, Range,
 /// Listen for PMIx events on this node, or notify one (PMIx RFC 0002).
 ///
 /// `pevent listen` registers the handlers given with --handler (or in a --chain file) and
-/// prints one JSON line when they are registered ({"ready": ...}), then one per handler
+/// prints one JSON line when they are registered ({"ready": true, "me": the job process it
+/// is, or null for a tool, "registrations": ...}), then one per handler
 /// call: the handler's name and registration id, the event's code, source and info, and the
 /// results array it was given (one entry per earlier handler of the chain); then what it
 /// returned. `pevent notify CODE` sends an event. Codes and ranges are numbers or PMIx names
@@ -311,7 +312,7 @@ async fn listen(
         ids.push(json!({"id": id, "name": h.name}));
         by_id.insert(id, h);
     }
-    line(json!({"ready": true, "registrations": ids}));
+    line(json!({"ready": true, "me": ev.me(), "registrations": ids}));
     let mut served = 0u64;
     if count == Some(0) {
         return Ok(0);

@@ -58,6 +58,11 @@ impl EventClient {
         }
     }
 
+    /// The job process this is (`None` for a tool).
+    pub fn me(&self) -> Option<&Proc> {
+        self.me.as_ref()
+    }
+
     pub fn register(
         &mut self,
         codes: Vec<Status>,
