@@ -128,8 +128,17 @@ impl LinkHandle {
                 "the peer leaves {queued} bytes unread (at most {MAX_LINK_QUEUE} are queued)"
             )));
         }
-        self.queued.fetch_add(bytes.len(), Ordering::Relaxed);
-        self.tx.send(bytes).map_err(|_| SendError::PeerClosed)
+        let len = bytes.len();
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        self.tx.send(bytes).map_err(|_| {
+            // Saturating: the writer may have zeroed the count as it stopped.
+            let _ = self
+                .queued
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                    Some(q.saturating_sub(len))
+                });
+            SendError::PeerClosed
+        })
     }
 
     fn queued(&self) -> usize {
@@ -670,6 +679,11 @@ where
                     ) =>
                 {
                     debug!("{peer}: write failed: {e}; the peer closed");
+                    // Nothing queued here will be written: it must not hold job output
+                    // back (the room check) while the reader drains.
+                    rx.close();
+                    left.store(0, Ordering::Relaxed);
+                    drained.notify_one();
                     return;
                 }
                 Ok(Err(e)) => Some(format!("write failed: {e}")),

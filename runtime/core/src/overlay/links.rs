@@ -97,7 +97,7 @@ impl Node {
                 self.emit(Output::EventClient { link, proc: None });
             }
             Peer::Process { nspace, rank } => {
-                self.tools.insert(link);
+                self.processes.insert(link);
                 self.io(Io::Send {
                     link,
                     frame: welcome,

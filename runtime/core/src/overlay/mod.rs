@@ -287,6 +287,9 @@ pub struct Node {
     children: BTreeMap<LinkId, Child>,
     /// Tools that said hello to this daemon, and on the controller the relayed ones.
     tools: BTreeSet<LinkId>,
+    /// Job processes connected here for events: local to this daemon, so the path to the
+    /// controller breaking does not concern them.
+    processes: BTreeSet<LinkId>,
     /// The controller: relayed tools by the link id it gave them, and the other way round.
     relayed: HashMap<LinkId, Relayed>,
     relayed_ids: BTreeMap<Relayed, LinkId>,
@@ -324,6 +327,7 @@ impl Node {
             epoch: cfg.incarnation,
             children: BTreeMap::new(),
             tools: BTreeSet::new(),
+            processes: BTreeSet::new(),
             relayed: HashMap::new(),
             relayed_ids: BTreeMap::new(),
             next_relayed: 1,
@@ -385,7 +389,7 @@ impl Node {
             Input::Frame { link, msg } => self.on_frame(now, link, msg),
             Input::Tool { link, req } => self.on_tool(now, link, req),
             Input::Event { link, up } => {
-                if self.tools.contains(&link) {
+                if self.tools.contains(&link) || self.processes.contains(&link) {
                     self.emit(Output::EventFromClient { link, up });
                 }
             }
@@ -578,6 +582,9 @@ impl Node {
         if self.tools.contains(&link) {
             return self.forget_tool(link);
         }
+        if self.processes.remove(&link) {
+            return self.emit(Output::EventClientGone { link });
+        }
         if self.children.contains_key(&link) {
             self.drop_child(link);
             if self.stopping.is_some() {
@@ -761,6 +768,52 @@ mod tests {
         assert!(
             matches!(io.as_slice(), [Io::Send { link: 100, frame: Frame::ToolReply(ToolReply::Error { message }) }, Io::Close { link: 100 }] if message.contains("has not joined")),
             "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_broken_path_up_closes_tools_but_not_the_job_processes_events_and_forgets_both_rightly() {
+        let mut d = node(4, 1);
+        d.handle(T, Input::Start);
+        d.handle(T, Input::UplinkUp { link: 1, rank: 0 });
+        tool_hello(&mut d, 100);
+        let peer = Peer::Process {
+            nspace: "dvm@1".into(),
+            rank: 0,
+        };
+        let version = dvmlab_proto::wire::VERSION;
+        d.handle(
+            T,
+            Input::Hello {
+                link: 200,
+                peer,
+                version,
+            },
+        );
+        let out = d.handle(T, Input::Closed { link: 1 });
+        let gone: Vec<LinkId> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::EventClientGone { link } => Some(*link),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            gone,
+            [100],
+            "the tool is closed and its events forgotten: {out:?}"
+        );
+        assert!(
+            !out.iter()
+                .any(|o| matches!(o, Output::Io(Io::Close { link: 200 }))),
+            "a job process talks to this daemon only: {out:?}"
+        );
+        let out = d.handle(T, Input::Closed { link: 200 });
+        assert_eq!(
+            out.iter()
+                .filter(|o| matches!(o, Output::EventClientGone { link: 200 }))
+                .count(),
+            1
         );
     }
 

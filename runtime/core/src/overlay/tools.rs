@@ -156,6 +156,7 @@ impl Node {
         }
         self.pings.retain(|_, p| p.tool != tool);
         self.stop_tools.remove(&tool);
+        self.emit(Output::EventClientGone { link: tool });
         self.io(Io::Send {
             link: tool,
             frame: Frame::ToolReply(ToolReply::Error { message: reason }),
