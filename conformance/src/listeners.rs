@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use dvmlab_harness::wait_until;
 
 use serde_json::Value;
 
@@ -66,46 +68,44 @@ impl Listener {
 
     /// Waits until `n` listeners printed their `ready` line; those lines.
     pub fn wait_ready(&self, n: usize, within: Duration) -> Result<Vec<Line>, Problem> {
-        let end = Instant::now() + within;
-        loop {
+        wait_until(within, Duration::from_millis(20), || {
             let ready: Vec<Line> = self
                 .lines()
                 .into_iter()
                 .filter(|l| l.json["ready"] == true)
                 .collect();
             if ready.len() >= n {
-                return Ok(ready);
+                Ok(ready)
+            } else {
+                Err(format!(
+                    "{} of {n} ready; output: {:?}",
+                    ready.len(),
+                    self.lines()
+                ))
             }
-            if Instant::now() >= end {
-                return Err(fail(
-                    format!("{} ready within {within:?}", self.what),
-                    format!("{} of {n} ready; output: {:?}", ready.len(), self.lines()),
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
+        .map_err(|e| fail(format!("{} ready within {within:?}", self.what), e))
     }
 
     /// Waits for the listener to end (its own timeout ends it); every line it printed.
     pub fn finish(mut self, within: Duration) -> Result<Vec<Line>, Problem> {
-        let end = Instant::now() + within;
-        loop {
-            if self
-                .child
-                .try_wait()
-                .or_unresolved("waiting for a listener")?
-                .is_some()
-            {
-                return Ok(self.lines());
+        let ended = wait_until(within, Duration::from_millis(20), || {
+            match self.child.try_wait() {
+                Ok(Some(_)) => Ok(Ok(())),
+                Ok(None) => Err("still running".to_string()),
+                Err(e) => Ok(Err(e.to_string())),
             }
-            if Instant::now() >= end {
+        });
+        match ended {
+            Ok(Ok(())) => Ok(self.lines()),
+            Ok(Err(e)) => Err(Problem::Unresolved(format!("waiting for a listener: {e}"))),
+            Err(_) => {
                 let _ = self.child.kill();
-                return Err(fail(
+                Err(fail(
                     format!("{} ends within {within:?}", self.what),
                     format!("still running; output: {:?}", self.lines()),
-                ));
+                ))
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }

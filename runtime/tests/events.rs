@@ -34,6 +34,19 @@ fn pevent(dvm: &Dvm, host: &str, args: &[&str]) -> (bool, String) {
     (st.is_some_and(|s| s.success()), err)
 }
 
+/// Waits until the file `out` (a listener's output) contains `what`.
+fn wait_for(out: &Path, what: &str) {
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let t = std::fs::read_to_string(out).unwrap_or_default();
+        if t.contains(what) {
+            Ok(())
+        } else {
+            Err(format!("no {what} yet: {t:?}"))
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 fn json_lines(text: &str) -> Vec<Value> {
     text.lines()
         .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
@@ -75,15 +88,7 @@ fn an_event_notified_on_one_node_runs_a_listeners_chain_on_another_in_order_with
         ],
         &out,
     );
-    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-        let t = std::fs::read_to_string(&out).unwrap_or_default();
-        if t.contains("\"ready\"") {
-            Ok(())
-        } else {
-            Err(format!("listener not ready: {t:?}"))
-        }
-    })
-    .unwrap();
+    wait_for(&out, "\"ready\"");
     let (ok, err) = pevent(
         &dvm,
         "n01",
@@ -242,15 +247,7 @@ fn a_lost_daemon_is_an_environment_event_for_those_that_asked() {
         &job_only,
     );
     for f in [&out, &job_only] {
-        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-            let t = std::fs::read_to_string(f).unwrap_or_default();
-            if t.contains("\"ready\"") {
-                Ok(())
-            } else {
-                Err(format!("listener not ready: {t:?}"))
-            }
-        })
-        .unwrap();
+        wait_for(f, "\"ready\"");
     }
     let mut dvm = dvm;
     dvm.cluster.kill("n03").unwrap();
@@ -290,17 +287,6 @@ fn a_listener_killed_mid_chain_and_one_that_registers_too_many_leave_the_daemon_
         ],
         &slow_out,
     );
-    let wait_for = |f: &Path, what: &str| {
-        wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-            let t = std::fs::read_to_string(f).unwrap_or_default();
-            if t.contains(what) {
-                Ok(())
-            } else {
-                Err(format!("no {what} yet: {t:?}"))
-            }
-        })
-        .unwrap()
-    };
     wait_for(&slow_out, "\"ready\"");
     let (ok, err) = pevent(&dvm, "n02", &["notify", "-3001", "--range", "SESSION"]);
     assert!(ok, "{err}");
@@ -364,15 +350,7 @@ fn a_tool_registered_for_job_end_hears_every_job_end_with_its_status() {
         ],
         &out,
     );
-    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-        let t = std::fs::read_to_string(&out).unwrap_or_default();
-        if t.contains("\"ready\"") {
-            Ok(())
-        } else {
-            Err(format!("listener not ready: {t:?}"))
-        }
-    })
-    .unwrap();
+    wait_for(&out, "\"ready\"");
     let (code, _, err) = prun(&dvm, &["-n", "2", "sh", "-c", "exit 3"]);
     assert_eq!(code, Some(3), "{err}");
     assert!(wait_exit(&mut l, "the listener").success());

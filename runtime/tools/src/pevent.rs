@@ -174,24 +174,7 @@ pub fn parse_handler(spec: &str) -> Result<HandlerSpec, String> {
 
 /// `pevent`'s command line, run by the `pevent` binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("pevent: {e}");
-            return ExitCode::from(3);
-        }
-    };
-    match rt.block_on(run(cli)) {
-        Ok(code) => ExitCode::from(code),
-        Err((code, msg)) => {
-            eprintln!("pevent: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    crate::run_tool("pevent", run(Cli::parse()))
 }
 
 fn line(v: Value) {

@@ -90,24 +90,7 @@ enum Mapping {
 
 /// `prun`'s command line, run by the `prun` binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("prun: {e}");
-            return ExitCode::from(3);
-        }
-    };
-    match rt.block_on(run(cli)) {
-        Ok(code) => ExitCode::from(code),
-        Err((code, msg)) => {
-            eprintln!("prun: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    crate::run_tool("prun", run(Cli::parse()))
 }
 
 fn write_all(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {

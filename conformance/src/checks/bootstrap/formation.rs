@@ -6,8 +6,8 @@ use std::time::Duration;
 use dvmlab_harness::PrteConf;
 
 use super::{
-    cell_nodes, conf, form_and_check, formed_with, membership, ranks_are, rooted_at_controller,
-    tree_is, wait_joined, with_ctl, FORM,
+    cell_nodes, conf, form_and_check, formed_with, membership, ranks_are, reported_contact,
+    rooted_at_controller, tree_is, wait_joined, with_ctl, FORM,
 };
 use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
 use crate::status::{tree_parent, Field, Identity};
@@ -46,9 +46,7 @@ pub fn identical_command_on_every_host_forms_one_dvm(ctx: &Ctx) -> Verdict {
     );
     ctx.aspect(
         "mask",
-        ctx.need_report(Field::ControllerUri, "the controller contact's mask")
-            .and_then(|()| {
-                let uri = s.controller_uri.clone().unwrap_or_default();
+        reported_contact(ctx, &s).and_then(|uri| {
                 check(
                     uri.ends_with(":0"),
                     "without DVMNetmask (or DVMNetworks) the controller contact is universally reachable: mask 0",

@@ -140,6 +140,13 @@ pub(crate) fn formed_with(dvm: &Dvm, s: &Status, by_rank: &[String]) -> Verdict 
     Ok(())
 }
 
+/// The controller contact the status reports, for the contact-mask checks; unsupported for
+/// a status that does not report it (the mask is seen nowhere else).
+pub(crate) fn reported_contact(ctx: &Ctx, s: &Status) -> Result<String, Problem> {
+    ctx.need_report(Field::ControllerUri, "the controller contact's mask")?;
+    Ok(s.controller_uri.clone().unwrap_or_default())
+}
+
 /// Aspect `ranks`: rank `r` is the host `by_rank[r]` (the listed order of DVMNodes, the
 /// controller at 0), as the status reports ranks.
 pub(crate) fn ranks_are(ctx: &Ctx, dvm: &Dvm, s: &Status, by_rank: &[String]) -> Verdict {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use dvmlab_harness::IpMode;
 
-use super::{conf, formed_with, with_ctl, FORM};
+use super::{conf, formed_with, reported_contact, with_ctl, FORM};
 use crate::outcome::{check, fail, Problem, Verdict};
 use crate::status::Field;
 use crate::sut::{node_names, Ctx, Dvm};
@@ -234,9 +234,7 @@ pub fn dvmnetworks_picks_the_interconnect_address_on_dual_homed_hosts(ctx: &Ctx)
                 .to_string();
             ctx.aspect(
                 "mask",
-                ctx.need_report(Field::ControllerUri, "the controller contact's mask")
-                    .and_then(|()| {
-                        let uri = s.controller_uri.clone().unwrap_or_default();
+                reported_contact(ctx, &s).and_then(|uri| {
                         check(
                             uri.contains(&ctl_ip) && uri.ends_with(&format!(":{prefix}")),
                             format!(

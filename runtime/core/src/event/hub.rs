@@ -89,10 +89,6 @@ impl EventHub {
         }
     }
 
-    pub fn server(&self) -> &LocalServer {
-        &self.server
-    }
-
     pub fn handle(&mut self, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
         match input {

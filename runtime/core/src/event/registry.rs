@@ -105,12 +105,8 @@ impl Registry {
         }
     }
 
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.specific.len() + self.group.len() + self.default.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Registers a handler for `codes` (none: every code); its id. Repeated codes count once.

@@ -128,10 +128,6 @@ impl LocalServer {
         }
     }
 
-    pub fn clients(&self) -> usize {
-        self.clients.len()
-    }
-
     /// `client` registered for `codes` with `directives`; its id, and the kept and ringed
     /// events that match it and it has not had.
     pub fn register(
