@@ -6,7 +6,7 @@
 //!
 //! Sans-IO: time comes in as an argument ([`Now`]), effects go out as [`Output`]s.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::event::hub::{self, EventHub};
@@ -82,6 +82,10 @@ pub struct DaemonCore {
     /// The link job-exec's upward messages go on.
     up: Option<LinkId>,
     formed_at_unix_ms: Option<u64>,
+    /// Local jobs this daemon was told to signal: their processes' deaths are the runtime's
+    /// doing, not failures to announce (a killed job of N processes would otherwise send N
+    /// events to N processes each).
+    signalled: BTreeSet<JobId>,
     out: Vec<Output>,
 }
 
@@ -101,6 +105,7 @@ impl DaemonCore {
             mgr: None,
             up: None,
             formed_at_unix_ms: None,
+            signalled: BTreeSet::new(),
             out: Vec::new(),
         };
         if let Some(live) = recovered {
@@ -285,7 +290,11 @@ impl DaemonCore {
                             ranks: spec.placement.procs_on(self.rank()),
                         }))
                     }
+                    ShellCommand::Kill { id, .. } => {
+                        self.signalled.insert(*id);
+                    }
                     ShellCommand::Epilog { id } => {
+                        self.signalled.remove(id);
                         work.push_back(Work::Event(hub::Input::JobGone {
                             nspace: job_nspace(&self.nspace, *id),
                         }))
@@ -302,7 +311,8 @@ impl DaemonCore {
 
     /// A local job process exited: nothing waits for it any more, and if it died by a
     /// signal (`PMIX_ERR_PROC_ABORTED`) or exited non-zero (`PMIX_EVENT_PROC_TERMINATED`)
-    /// the other processes of its job hear of it, wherever they run.
+    /// the other processes of its job hear of it, wherever they run, unless the runtime
+    /// itself was ending the job.
     fn proc_exited(&mut self, now: Now, id: JobId, proc: u32, status: i32) {
         let nspace = job_nspace(&self.nspace, id);
         let mut work = VecDeque::from([Work::Event(hub::Input::ProcGone {
@@ -310,7 +320,9 @@ impl DaemonCore {
             rank: proc,
         })]);
         let signal = status & 0x7f;
-        let code = if signal != 0 {
+        let code = if self.signalled.contains(&id) {
+            None
+        } else if signal != 0 {
             Some(ERR_PROC_ABORTED)
         } else if (status >> 8) & 0xff != 0 {
             Some(EVENT_PROC_TERMINATED)

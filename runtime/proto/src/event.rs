@@ -327,10 +327,54 @@ pub fn job_nspace(dvm: &str, id: u64) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum EventDown {
+    /// Registration `id` is in place: events that match it reach this client from now on
+    /// (the kept ones that match follow at once).
+    Registered { id: u64 },
     /// Registration `id` was refused (`PMIX_ERR_EVENT_REGISTRATION`), and why.
     Refused { id: u64, reason: String },
+    /// The client's last notification is on its way.
+    Notified,
+    /// The client's last notification was refused, and why.
+    NotifyRefused { reason: String },
     /// An event for this client's handlers.
     Deliver { event: Event },
+}
+
+/// Most bytes of a notification's info and targets (as JSON): every event a daemon keeps
+/// or forwards stays far below a frame.
+pub const MAX_EVENT_BYTES: usize = 16 << 10;
+/// Most bytes of a handler's name or a namespace.
+pub const MAX_NAME_BYTES: usize = 256;
+
+impl EventUp {
+    /// Whether the message is within the limits; what is wrong if not.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            EventUp::Register { directives, .. } => match &directives.name {
+                Some(n) if n.len() > MAX_NAME_BYTES => Err(format!(
+                    "handler name of {} bytes (at most {MAX_NAME_BYTES})",
+                    n.len()
+                )),
+                _ => Ok(()),
+            },
+            EventUp::Deregister { .. } => Ok(()),
+            EventUp::Notify { targets, info, .. } => {
+                if let Some(t) = targets.iter().find(|t| t.nspace.len() > MAX_NAME_BYTES) {
+                    return Err(format!(
+                        "target namespace of {} bytes (at most {MAX_NAME_BYTES})",
+                        t.nspace.len()
+                    ));
+                }
+                let bytes = serde_json::to_vec(&(targets, info)).map_or(usize::MAX, |b| b.len());
+                if bytes > MAX_EVENT_BYTES {
+                    return Err(format!(
+                        "an event's info and targets of {bytes} bytes (at most {MAX_EVENT_BYTES})"
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 #[cfg(test)]

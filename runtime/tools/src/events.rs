@@ -30,10 +30,12 @@ use dvmlab_proto::wire::{Frame, FrameCodec, Hello, Peer};
 pub enum Step {
     /// Run this handler, then call [`Events::done`].
     Invoke(Invocation),
-    /// An event went through its whole chain.
+    /// An event went through its whole chain; `internal` for the lost-server event this
+    /// process raised itself when its daemon went away.
     Served {
         event: Event,
         results: Vec<HandlerResult>,
+        internal: bool,
     },
     /// The daemon refused registration `id`.
     Refused { id: RegId, reason: String },
@@ -113,6 +115,7 @@ impl Events {
     }
 
     /// Registers a handler for `codes` (none: every code); its id, given to it when called.
+    /// Returns once the daemon has it in place (or refused it).
     pub async fn register(
         &mut self,
         codes: Vec<Status>,
@@ -122,7 +125,23 @@ impl Events {
             .core
             .register(codes, directives)
             .map_err(|e| e.to_string())?;
+        let sent = !out.is_empty();
         self.carry_out(out).await?;
+        if sent {
+            match self.reply().await? {
+                EventDown::Registered { id: got } if got == id => {}
+                EventDown::Refused { reason, .. } => {
+                    let _ = self.core.deregister(id);
+                    return Err(format!("{} refused registration {id}: {reason}", self.peer));
+                }
+                other => {
+                    return Err(format!(
+                        "{} answered registration {id} with {other:?}",
+                        self.peer
+                    ))
+                }
+            }
+        }
         Ok(id)
     }
 
@@ -141,7 +160,46 @@ impl Events {
         info: Vec<Info>,
     ) -> Result<(), String> {
         let out = self.core.notify(code, range, targets, info);
-        self.carry_out(out).await
+        let sent = out.iter().any(|o| matches!(o, Output::Send(_)));
+        self.carry_out(out).await?;
+        if !sent {
+            return Ok(());
+        }
+        match self.reply().await? {
+            EventDown::Notified => Ok(()),
+            EventDown::NotifyRefused { reason } => {
+                Err(format!("{} refused the event: {reason}", self.peer))
+            }
+            other => Err(format!(
+                "{} answered a notification with {other:?}",
+                self.peer
+            )),
+        }
+    }
+
+    /// The daemon's next answer to a request; events arriving meanwhile wait in line.
+    async fn reply(&mut self) -> Result<EventDown, String> {
+        loop {
+            let Some(framed) = self.framed.as_mut() else {
+                return Err(format!("{} closed the connection", self.peer));
+            };
+            match framed.next().await {
+                Some(Ok(Frame::EventDown(EventDown::Deliver { event }))) => {
+                    let out = self.core.arrived(event);
+                    self.carry_out(out).await?;
+                }
+                Some(Ok(Frame::EventDown(d))) => return Ok(d),
+                Some(Ok(other)) => {
+                    return Err(format!("unexpected frame from {}: {other:?}", self.peer))
+                }
+                Some(Err(_)) | None => {
+                    self.framed = None;
+                    let out = self.core.server_lost();
+                    self.carry_out(out).await?;
+                    return Err(format!("{} closed the connection", self.peer));
+                }
+            }
+        }
     }
 
     /// Handler `reg` finished with `how` and its `results`.
@@ -180,6 +238,13 @@ impl Events {
                 Some(EventDown::Refused { id, reason }) => {
                     self.ready.push_back(Step::Refused { id, reason });
                 }
+                Some(
+                    d @ (EventDown::Registered { .. }
+                    | EventDown::Notified
+                    | EventDown::NotifyRefused { .. }),
+                ) => {
+                    return Err(format!("{} answered what was not asked: {d:?}", self.peer));
+                }
                 None => {
                     self.framed = None;
                     let out = self.core.server_lost();
@@ -193,9 +258,15 @@ impl Events {
         for o in out {
             match o {
                 Output::Invoke(inv) => self.ready.push_back(Step::Invoke(inv)),
-                Output::Served { event, results } => {
-                    self.ready.push_back(Step::Served { event, results })
-                }
+                Output::Served {
+                    event,
+                    results,
+                    internal,
+                } => self.ready.push_back(Step::Served {
+                    event,
+                    results,
+                    internal,
+                }),
                 Output::Send(up) => {
                     let Some(framed) = self.framed.as_mut() else {
                         continue;

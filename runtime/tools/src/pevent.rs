@@ -266,7 +266,14 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
             let mut ev = Events::connect(&params, Duration::from_secs_f64(cli.connect_timeout))
                 .await
                 .map_err(|e| (3, e))?;
-            listen(&mut ev, specs, count, deadline).await
+            // The deadline bounds everything: registering, handlers' delays, answers.
+            let run = listen(&mut ev, specs, count);
+            match deadline {
+                Some(d) => tokio::time::timeout_at(d, run)
+                    .await
+                    .unwrap_or(Ok(if count.is_some() { 1 } else { 0 })),
+                None => run.await,
+            }
         }
     }
 }
@@ -275,7 +282,6 @@ async fn listen(
     ev: &mut Events,
     specs: Vec<HandlerSpec>,
     count: Option<u64>,
-    deadline: Option<tokio::time::Instant>,
 ) -> Result<u8, (u8, String)> {
     let mut by_id = std::collections::BTreeMap::new();
     let mut ids = Vec::new();
@@ -301,14 +307,7 @@ async fn listen(
         return Ok(0);
     }
     loop {
-        let step = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, ev.next()).await {
-                Ok(s) => s,
-                Err(_) => return Ok(if count.is_some() { 1 } else { 0 }),
-            },
-            None => ev.next().await,
-        };
-        match step.map_err(|e| (3, e))? {
+        match ev.next().await.map_err(|e| (3, e))? {
             Step::Invoke(inv) => {
                 let Some(h) = by_id.get(&inv.reg) else {
                     continue;
@@ -329,11 +328,21 @@ async fn listen(
                     .await
                     .map_err(|e| (3, e))?;
             }
-            Step::Served { event, results } => {
+            Step::Served {
+                event,
+                results,
+                internal,
+            } => {
                 line(json!({
                     "served": event.code,
                     "handlers": results.iter().map(|r| r.to_info()).collect::<Vec<_>>(),
+                    "internal": internal,
                 }));
+                // The lost-server event is this process's own, not one it was sent: the
+                // daemon is gone, and the next step says so.
+                if internal {
+                    continue;
+                }
                 served += 1;
                 if count.is_some_and(|c| served >= c) {
                     return Ok(0);

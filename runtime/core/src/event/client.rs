@@ -26,10 +26,12 @@ pub enum Output {
     /// Run this handler, then report [`EventClient::handler_done`].
     Invoke(Invocation),
     Send(EventUp),
-    /// An event's chain ended: every handler that ran, and what it returned.
+    /// An event's chain ended: every handler that ran, and what it returned; `internal`
+    /// for the lost-server event this process raised itself.
     Served {
         event: Event,
         results: Vec<HandlerResult>,
+        internal: bool,
     },
 }
 
@@ -38,8 +40,9 @@ pub enum Output {
 pub struct EventClient {
     me: Option<Proc>,
     registry: Registry,
-    waiting: VecDeque<Event>,
-    serving: Option<(Event, Chain)>,
+    /// Events to serve, each with whether this process raised it itself.
+    waiting: VecDeque<(Event, bool)>,
+    serving: Option<(Event, bool, Chain)>,
     connected: bool,
     /// Events dropped from a full queue.
     pub dropped: u64,
@@ -121,11 +124,15 @@ impl EventClient {
 
     /// An event from the daemon.
     pub fn arrived(&mut self, ev: Event) -> Vec<Output> {
+        self.queue(ev, false)
+    }
+
+    fn queue(&mut self, ev: Event, internal: bool) -> Vec<Output> {
         if self.waiting.len() >= MAX_WAITING {
             self.waiting.pop_front();
             self.dropped += 1;
         }
-        self.waiting.push_back(ev);
+        self.waiting.push_back((ev, internal));
         self.pump()
     }
 
@@ -136,17 +143,18 @@ impl EventClient {
             return Vec::new();
         }
         self.connected = false;
-        self.arrived(Event {
+        let ev = Event {
             code: ERR_LOST_CONNECTION,
             source: None,
             info: Vec::new(),
             level: Level::Job,
-        })
+        };
+        self.queue(ev, true)
     }
 
     /// Handler `reg` completed (now or long after it was invoked).
     pub fn handler_done(&mut self, reg: RegId, how: Completion, results: Vec<Info>) -> Vec<Output> {
-        if let Some((_, chain)) = &mut self.serving {
+        if let Some((_, _, chain)) = &mut self.serving {
             if chain.complete(reg, how, results).is_err() {
                 return Vec::new();
             }
@@ -159,13 +167,13 @@ impl EventClient {
         let mut out = Vec::new();
         loop {
             if self.serving.is_none() {
-                let Some(ev) = self.waiting.pop_front() else {
+                let Some((ev, internal)) = self.waiting.pop_front() else {
                     return out;
                 };
                 let chain = Chain::new(&self.registry, ev.clone());
-                self.serving = Some((ev, chain));
+                self.serving = Some((ev, internal, chain));
             }
-            let Some((ev, chain)) = &mut self.serving else {
+            let Some((ev, internal, chain)) = &mut self.serving else {
                 return out;
             };
             match chain.step(&self.registry) {
@@ -178,6 +186,7 @@ impl EventClient {
                     out.push(Output::Served {
                         event: ev.clone(),
                         results,
+                        internal: *internal,
                     });
                     self.serving = None;
                 }

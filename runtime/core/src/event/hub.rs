@@ -107,7 +107,18 @@ impl EventHub {
             }
             Input::Gone { link } => {
                 self.server.disconnect(link);
-                self.procs.remove(&link);
+                // A process the runtime did not launch here (started by hand with a job's
+                // name) will not exit through job-exec: nothing may wait for it.
+                if let Some(p) = self.procs.remove(&link) {
+                    let launched = self
+                        .local
+                        .get(&p.nspace)
+                        .is_some_and(|r| r.contains(&p.rank));
+                    let again = self.procs.values().any(|q| *q == p);
+                    if !launched && !again {
+                        self.server.proc_gone(&p.nspace, p.rank);
+                    }
+                }
                 self.ids.retain(|(l, _), _| *l != link);
             }
             Input::FromClient { link, up } => self.client_said(link, up, &mut out),
@@ -135,6 +146,13 @@ impl EventHub {
     }
 
     fn client_said(&mut self, link: Link, up: EventUp, out: &mut Vec<Output>) {
+        if let Err(reason) = up.check() {
+            let down = match up {
+                EventUp::Register { id, .. } => EventDown::Refused { id, reason },
+                _ => EventDown::NotifyRefused { reason },
+            };
+            return out.push(Output::ToClient { link, down });
+        }
         match up {
             EventUp::Register {
                 id,
@@ -143,6 +161,10 @@ impl EventHub {
             } => match self.server.register(link, codes, directives) {
                 Ok((reg, cached)) => {
                     self.ids.insert((link, id), reg);
+                    out.push(Output::ToClient {
+                        link,
+                        down: EventDown::Registered { id },
+                    });
                     deliveries(cached, out)
                 }
                 Err(e) => out.push(Output::ToClient {
@@ -178,6 +200,10 @@ impl EventHub {
                         level: Level::Job,
                     },
                 };
+                out.push(Output::ToClient {
+                    link,
+                    down: EventDown::Notified,
+                });
                 match reach(range) {
                     Reach::Process => {}
                     Reach::Node => self.deliver(&t, out),
@@ -330,7 +356,11 @@ mod tests {
             link: 1,
             up: notify(Range::Namespace, vec![]),
         });
-        let [Output::ToParent(t)] = &out[..] else {
+        let [Output::ToClient {
+            down: EventDown::Notified,
+            ..
+        }, Output::ToParent(t)] = &out[..]
+        else {
             panic!("{out:?}")
         };
         let mut ctl = EventHub::new(true, 512);
@@ -390,12 +420,65 @@ mod tests {
             link: 1,
             up: notify(Range::Rm, vec![]),
         });
-        assert!(matches!(&out[..], [Output::Log(l)] if l.contains("for the runtime")));
+        assert!(
+            matches!(&out[..], [Output::ToClient { down: EventDown::Notified, .. }, Output::Log(l)] if l.contains("for the runtime"))
+        );
         let out = ctl.handle(Input::FromClient {
             link: 1,
             up: notify(Range::ProcLocal, vec![]),
         });
-        assert!(out.is_empty());
+        assert!(matches!(
+            &out[..],
+            [Output::ToClient {
+                down: EventDown::Notified,
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn an_oversized_notification_is_refused_and_goes_nowhere() {
+        let mut h = EventHub::new(false, 512);
+        connect(&mut h, 1, Some(p("a", 0)));
+        let out = h.handle(Input::FromClient {
+            link: 1,
+            up: EventUp::Notify {
+                code: -3001,
+                range: Range::Global,
+                targets: vec![],
+                info: vec![dvmlab_proto::event::Info {
+                    key: "big".into(),
+                    value: "x".repeat(dvmlab_proto::event::MAX_EVENT_BYTES).into(),
+                }],
+            },
+        });
+        assert!(
+            matches!(&out[..], [Output::ToClient { link: 1, down: EventDown::NotifyRefused { reason } }] if reason.contains("at most")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn an_event_kept_for_a_process_the_runtime_did_not_launch_goes_when_it_disconnects() {
+        let mut h = EventHub::new(true, 512);
+        h.handle(Input::Connected {
+            link: 1,
+            proc: Some(p("stray", 0)),
+        });
+        h.handle(Input::Raise(Travelling {
+            audience: Audience::Job {
+                nspace: "stray".into(),
+            },
+            event: Event {
+                code: -7,
+                source: None,
+                info: vec![],
+                level: Level::Job,
+            },
+        }));
+        assert_eq!(h.server.kept().len(), 1, "kept for its registration");
+        h.handle(Input::Gone { link: 1 });
+        assert!(h.server.kept().is_empty());
     }
 
     #[test]
