@@ -87,6 +87,31 @@ impl Listener {
         .map_err(|e| fail(format!("{} ready within {within:?}", self.what), e))
     }
 
+    /// Waits until the listener's lines satisfy `ok` (described by `what`); its lines then.
+    pub fn wait_lines(
+        &self,
+        what: &str,
+        within: Duration,
+        ok: impl Fn(&[Line]) -> bool,
+    ) -> Result<Vec<Line>, Problem> {
+        wait_until(within, Duration::from_millis(20), || {
+            let lines = self.lines();
+            if ok(&lines) {
+                Ok(lines)
+            } else {
+                Err(format!("output so far: {lines:?}"))
+            }
+        })
+        .map_err(|e| fail(format!("{}: {what} within {within:?}", self.what), e))
+    }
+
+    /// Ends the listener now; every line it printed.
+    pub fn stop(mut self) -> Vec<Line> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.lines()
+    }
+
     /// Waits for the listener to end (its own timeout ends it); every line it printed.
     pub fn finish(mut self, within: Duration) -> Result<Vec<Line>, Problem> {
         let ended = wait_until(within, Duration::from_millis(20), || {
@@ -120,6 +145,13 @@ impl Drop for Listener {
 }
 
 impl Dvm<'_> {
+    /// `words` with `{run_dir}` (a directory of this cluster's, the same for every command
+    /// on every host) filled in.
+    fn fill_run_dir(&self, words: &[String]) -> Vec<String> {
+        let dir = self.cluster.run_dir().to_string_lossy().into_owned();
+        words.iter().map(|w| w.replace("{run_dir}", &dir)).collect()
+    }
+
     fn chain_file(&self, name: &str, chain: &Value) -> Result<String, Problem> {
         let path = self.cluster.run_dir().join(format!("{name}.chain.json"));
         std::fs::write(&path, chain.to_string()).or_unresolved("writing a chain file")?;
@@ -160,7 +192,7 @@ impl Dvm<'_> {
         secs: u32,
     ) -> Result<Listener, Problem> {
         let e = events_profile(self)?;
-        let mut argv = e.listen.clone();
+        let mut argv = self.fill_run_dir(&e.listen);
         argv.extend([
             "--chain".into(),
             self.chain_file(name, chain)?,
@@ -180,8 +212,8 @@ impl Dvm<'_> {
         secs: u32,
     ) -> Result<Listener, Problem> {
         let e = events_profile(self)?;
-        let mut argv: Vec<String> = e
-            .listen_in_job
+        let mut argv: Vec<String> = self
+            .fill_run_dir(&e.listen_in_job)
             .iter()
             .map(|w| {
                 w.replace("{nprocs}", &nprocs.to_string())
@@ -208,7 +240,7 @@ impl Dvm<'_> {
         info: &[(&str, &str)],
     ) -> Verdict {
         let e = events_profile(self)?;
-        let mut argv = e.notify.clone();
+        let mut argv = self.fill_run_dir(&e.notify);
         argv.extend([code.to_string(), "--range".into(), range.into()]);
         for t in targets {
             argv.extend(["--target".into(), t.clone()]);
@@ -225,5 +257,40 @@ impl Dvm<'_> {
                 format!("exit {code:?}: {out}{err}"),
             ))
         }
+    }
+}
+
+impl<'a> Dvm<'a> {
+    /// The profile's events server (`[events] server`) on one host, `n01`, serving.
+    pub fn events_server(ctx: &'a crate::sut::Ctx, label: &str) -> Result<Dvm<'a>, Problem> {
+        let server = ctx
+            .profile
+            .events
+            .as_ref()
+            .and_then(|e| e.server.clone())
+            .ok_or_else(|| Problem::Unsupported("the profile has no [events] server".into()))?;
+        let hosts = vec!["n01".to_string()];
+        let mut dvm = Dvm::build(
+            ctx,
+            label,
+            &hosts,
+            &dvmlab_harness::PrteConf::new(),
+            server,
+            |_| {},
+        )?;
+        let argv = dvm.fill_run_dir(dvm.cluster.daemon());
+        dvm.cluster.set_daemon(argv);
+        dvm.start_all()?;
+        let log = dvm.cluster.log_file("n01");
+        wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if parse_lines(&text).iter().any(|l| l.json["ready"] == true) {
+                Ok(())
+            } else {
+                Err(format!("its output so far: {text:?}"))
+            }
+        })
+        .map_err(|e| fail("the events server prints {\"ready\": true} within 20 s", e))?;
+        Ok(dvm)
     }
 }

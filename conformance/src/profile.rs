@@ -20,7 +20,7 @@ pub struct Implementation {
     pub build: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Daemon {
     /// Started, identically, on every host.
@@ -47,7 +47,7 @@ pub struct Command {
 }
 
 /// The status command, and what its JSON reports.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatusCmd {
     pub command: Vec<String>,
@@ -67,7 +67,7 @@ impl StatusCmd {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Stop {
     pub command: Vec<String>,
@@ -140,6 +140,16 @@ pub struct Events {
     /// Notifies one event, as a tool on the host it runs on; inside a job (the suite runs it
     /// from a job's process through `listen_in_job`'s job) as that process.
     pub notify: Vec<String>,
+    /// For an implementation whose events are served by a process of their own rather than
+    /// a DVM: that server, started on one host (it prints `{"ready": true}` once serving).
+    /// The events items then run on that host alone; those needing several nodes are
+    /// UNSUPPORTED.
+    #[serde(default)]
+    pub server: Option<Vec<String>>,
+    /// The `prte.conf` key that sets how many environment events a daemon keeps (the ring);
+    /// without it, the ring's eviction is not judged.
+    #[serde(default)]
+    pub ring_key: Option<String>,
 }
 
 /// Optional features an implementation declares. Items that need an absent one are
@@ -161,9 +171,9 @@ pub struct Features {
 #[serde(deny_unknown_fields)]
 struct Raw {
     implementation: Implementation,
-    daemon: Daemon,
-    status: StatusCmd,
-    stop: Stop,
+    daemon: Option<Daemon>,
+    status: Option<StatusCmd>,
+    stop: Option<Stop>,
     identity: Option<Command>,
     mca: Option<Mca>,
     process_backend: Option<ProcessBackend>,
@@ -180,6 +190,9 @@ pub struct Profile {
     pub path: PathBuf,
     pub dir: PathBuf,
     pub implementation: Implementation,
+    /// Whether the profile drives a DVM (`[daemon]`, `[status]` and `[stop]`): without them
+    /// every item that needs one is UNSUPPORTED, and the three below are empty.
+    pub has_dvm: bool,
     pub daemon: Daemon,
     pub status: StatusCmd,
     pub stop: Stop,
@@ -206,6 +219,7 @@ impl Profile {
         }
         if let Some(e) = &self.events {
             commands.extend([&e.listen, &e.listen_in_job, &e.notify]);
+            commands.extend(e.server.as_ref());
         }
         let mut dirs: Vec<PathBuf> = commands
             .into_iter()
@@ -275,11 +289,36 @@ impl Profile {
             ("{cargo_profile}", cargo_profile),
         ];
         let err = |key: &str, msg: &str| format!("profile {}: {key}: {msg}", path.display());
+        let has_dvm = match (&raw.daemon, &raw.status, &raw.stop) {
+            (Some(_), Some(_), Some(_)) => true,
+            (None, None, None) => false,
+            _ => {
+                return Err(err(
+                    "daemon, status, stop",
+                    "a profile that drives a DVM needs all three sections (and one that does not, none)",
+                ))
+            }
+        };
+        let mut daemon = raw.daemon.take().unwrap_or_default();
+        let mut status = raw.status.take().unwrap_or_else(|| StatusCmd {
+            command: vec![],
+            reports: documented(),
+        });
+        let mut stop = raw.stop.take().unwrap_or(Stop {
+            command: vec![],
+            grace_seconds: default_grace(),
+        });
+        if !has_dvm {
+            daemon.conf_path = default_conf_path();
+        }
         for (key, words) in [
-            ("daemon.command", &mut raw.daemon.command),
-            ("status.command", &mut raw.status.command),
-            ("stop.command", &mut raw.stop.command),
+            ("daemon.command", &mut daemon.command),
+            ("status.command", &mut status.command),
+            ("stop.command", &mut stop.command),
         ] {
+            if !has_dvm {
+                continue;
+            }
             if words.is_empty() {
                 return Err(err(key, "must name a program"));
             }
@@ -312,6 +351,18 @@ impl Profile {
                 }
                 fill(words, &vars);
             }
+            if let Some(server) = e.server.as_mut() {
+                if server.is_empty() {
+                    return Err(err("events.server", "must name a program"));
+                }
+                fill(server, &vars);
+            }
+        }
+        if !has_dvm && raw.events.as_ref().is_some_and(|e| e.server.is_none()) {
+            return Err(err(
+                "events.server",
+                "a profile without a DVM serves its events with a server of its own",
+            ));
         }
         if let Some(id) = raw.identity.as_mut() {
             if id.command.is_empty() {
@@ -319,7 +370,7 @@ impl Profile {
             }
             fill(&mut id.command, &vars);
         }
-        if !raw.daemon.conf_path.starts_with("/etc/") {
+        if !daemon.conf_path.starts_with("/etc/") {
             return Err(err(
                 "daemon.conf_path",
                 "must be a file under /etc (hosts get a private /etc)",
@@ -333,7 +384,7 @@ impl Profile {
                 return Err(err("mca.cli", "must contain {value}"));
             }
         }
-        if !(raw.stop.grace_seconds > 0.0 && raw.stop.grace_seconds <= 3600.0) {
+        if !(stop.grace_seconds > 0.0 && stop.grace_seconds <= 3600.0) {
             return Err(err(
                 "stop.grace_seconds",
                 "must be above 0 and at most 3600",
@@ -343,9 +394,10 @@ impl Profile {
             path: path.to_path_buf(),
             dir,
             implementation: raw.implementation,
-            daemon: raw.daemon,
-            status: raw.status,
-            stop: raw.stop,
+            has_dvm,
+            daemon,
+            status,
+            stop,
             identity: raw.identity,
             mca: raw.mca,
             process_backend: raw.process_backend,

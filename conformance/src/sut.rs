@@ -192,7 +192,26 @@ impl<'a> Dvm<'a> {
         tweak: impl FnOnce(&mut ClusterSpec),
     ) -> Result<Self, Problem> {
         let p = &ctx.profile;
-        let mut spec = ClusterSpec::new(label, hosts, p.daemon.command.clone());
+        if !p.has_dvm {
+            return Err(Problem::Unsupported(format!(
+                "profile {} drives no DVM (it has no [daemon], [status] and [stop])",
+                p.path.display()
+            )));
+        }
+        Dvm::build(ctx, label, hosts, conf, p.daemon.command.clone(), tweak)
+    }
+
+    /// A cluster of `hosts` whose every host runs `daemon` when started.
+    pub(crate) fn build(
+        ctx: &'a Ctx,
+        label: &str,
+        hosts: &[String],
+        conf: &PrteConf,
+        daemon: Vec<String>,
+        tweak: impl FnOnce(&mut ClusterSpec),
+    ) -> Result<Self, Problem> {
+        let p = &ctx.profile;
+        let mut spec = ClusterSpec::new(label, hosts, daemon);
         spec.backend = ctx.cell.backend;
         spec.ip = ctx.ip_mode();
         spec.conf = conf.render();

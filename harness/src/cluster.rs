@@ -796,6 +796,17 @@ impl Cluster {
         self.keep = true;
     }
 
+    /// The daemon command every later start runs (one that names the run directory, which
+    /// exists only once the cluster does).
+    pub fn set_daemon(&mut self, argv: Vec<String>) {
+        self.spec.daemon = argv;
+    }
+
+    /// The daemon command a start runs.
+    pub fn daemon(&self) -> &[String] {
+        &self.spec.daemon
+    }
+
     /// The log file of `host` (it exists once the daemon was started there).
     pub fn log_file(&self, host: &str) -> PathBuf {
         self.log_path(host)

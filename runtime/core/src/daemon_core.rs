@@ -90,15 +90,20 @@ pub struct DaemonCore {
 }
 
 impl DaemonCore {
-    /// A daemon of `cfg`. The controller is given the live jobs its previous life kept
-    /// (`Some(vec![])` on a fresh start); other daemons `None`.
-    pub fn new(cfg: NodeConfig, recovered: Option<Vec<Persisted>>) -> DaemonCore {
+    /// A daemon of `cfg`, keeping the last `event_ring` environment events. The controller
+    /// is given the live jobs its previous life kept (`Some(vec![])` on a fresh start);
+    /// other daemons `None`.
+    pub fn new(
+        cfg: NodeConfig,
+        recovered: Option<Vec<Persisted>>,
+        event_ring: usize,
+    ) -> DaemonCore {
         let me = cfg.identity.rank;
         let tree = cfg.tree;
         let controller = recovered.is_some();
         let nspace = cfg.identity.nspace.clone();
         let mut core = DaemonCore {
-            events: EventHub::new(controller, crate::event::server::DEFAULT_RING),
+            events: EventHub::new(controller, event_ring),
             nspace,
             node: Node::new(cfg),
             exec: JobExec::new(me, controller, tree),

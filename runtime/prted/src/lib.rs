@@ -301,7 +301,7 @@ pub async fn run(
         ),
         Role::Daemon => (None, None),
     };
-    let mut core = DaemonCore::new(cfg, recovered);
+    let mut core = DaemonCore::new(cfg, recovered, s.event_ring);
     let mut pending = core.handle(now(), Input::Net(overlay::Input::Start));
     // Inputs the shell itself produces (a link it had to drop), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();

@@ -501,7 +501,10 @@ impl Sim {
                     // epoch is then the time of its connection, as in the real shell.
                     let cfg = self.cfg[r as usize].clone();
                     let recovered = (r == 0).then(Vec::new);
-                    self.nodes.insert(r, DaemonCore::new(cfg, recovered));
+                    self.nodes.insert(
+                        r,
+                        DaemonCore::new(cfg, recovered, dvmlab_core::event::server::DEFAULT_RING),
+                    );
                     self.feed(r, Input::Start);
                 }
                 Ev::Submit { at, nprocs, run_ms } => {

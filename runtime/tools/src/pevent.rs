@@ -58,8 +58,12 @@ enum What {
         handler: Vec<String>,
 
         /// A JSON file: an array of handlers, each {"name", "codes", "status", "job_level",
-        /// "enviro_level", "prepend", "results": [{"key", "value"}], "delay_ms"}; registered
-        /// before the --handler ones.
+        /// "enviro_level", "prepend", "results": [{"key", "value"}], "delay_ms",
+        /// "register_delay_ms", "deregister", "rank" (only that job process registers it)},
+        /// registered before the --handler ones; and of notifications to send once they
+        /// are, each {"notify": {"code", "range", "targets": [{"nspace", "rank"}], "info",
+        /// "rank" (only that job process sends it), "after_ms", "on" (send it each time an
+        /// event of this code went through the chain)}}.
         #[arg(long, value_name = "FILE")]
         chain: Option<String>,
 
@@ -110,6 +114,62 @@ pub struct HandlerSpec {
     pub results: Vec<Info>,
     #[serde(default)]
     pub delay_ms: u64,
+    /// Wait this long after connecting (and after the handlers before it) to register.
+    #[serde(default)]
+    pub register_delay_ms: u64,
+    /// The handler deregisters itself when called, before it completes.
+    #[serde(default)]
+    pub deregister: bool,
+    /// Only the job process of this rank registers it (every listener, without one).
+    #[serde(default)]
+    pub rank: Option<u32>,
+}
+
+/// A notification a listener sends once its handlers are registered (a chain file entry
+/// `{"notify": {...}}`): by the job process of rank `rank` only (any, and tools, without
+/// one), `after_ms` after its ready line, or, with `on`, each time an event of that code
+/// went through its chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifySpec {
+    pub code: Status,
+    pub range: String,
+    #[serde(default)]
+    pub targets: Vec<Proc>,
+    #[serde(default)]
+    pub info: Vec<Info>,
+    #[serde(default)]
+    pub rank: Option<u32>,
+    #[serde(default)]
+    pub after_ms: u64,
+    #[serde(default)]
+    pub on: Option<Status>,
+}
+
+/// A chain file: handlers, and notifications to send once they are registered.
+pub fn parse_chain(text: &str) -> Result<(Vec<HandlerSpec>, Vec<NotifySpec>), String> {
+    let entries: Vec<Value> =
+        serde_json::from_str(text).map_err(|e| format!("not a JSON array: {e}"))?;
+    let (mut handlers, mut notes) = (Vec::new(), Vec::new());
+    for (i, e) in entries.into_iter().enumerate() {
+        match e.get("notify") {
+            Some(n) => {
+                let n: NotifySpec = serde_json::from_value(n.clone())
+                    .map_err(|err| format!("entry {i} (a notify): {err}"))?;
+                if Range::parse(&n.range).is_none() {
+                    return Err(format!(
+                        "entry {i}: range {:?} is not a PMIx range",
+                        n.range
+                    ));
+                }
+                notes.push(n);
+            }
+            None => handlers.push(
+                serde_json::from_value(e).map_err(|err| format!("entry {i} (a handler): {err}"))?,
+            ),
+        }
+    }
+    Ok((handlers, notes))
 }
 
 fn boolean(key: &str, v: &str) -> Result<bool, String> {
@@ -166,6 +226,12 @@ pub fn parse_handler(spec: &str) -> Result<HandlerSpec, String> {
                     .parse()
                     .map_err(|_| format!("delay-ms={v}: not a number of milliseconds"))?
             }
+            "register-delay-ms" => {
+                h.register_delay_ms = v
+                    .parse()
+                    .map_err(|_| format!("register-delay-ms={v}: not a number of milliseconds"))?
+            }
+            "deregister" => h.deregister = v.is_empty() || boolean(k, v)?,
             other => return Err(format!("{spec}: unknown handler key {other:?}")),
         }
     }
@@ -242,12 +308,12 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
             count,
             timeout,
         } => {
-            let mut specs: Vec<HandlerSpec> = match chain {
-                None => Vec::new(),
+            let (mut specs, notes) = match chain {
+                None => (Vec::new(), Vec::new()),
                 Some(path) => {
                     let text = std::fs::read_to_string(&path)
                         .map_err(|e| (2, format!("--chain {path}: {e}")))?;
-                    serde_json::from_str(&text).map_err(|e| (2, format!("--chain {path}: {e}")))?
+                    parse_chain(&text).map_err(|e| (2, format!("--chain {path}: {e}")))?
                 }
             };
             for h in &handler {
@@ -267,7 +333,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
                 .await
                 .map_err(|e| (3, e))?;
             // The deadline bounds everything: registering, handlers' delays, answers.
-            let run = listen(&mut ev, specs, count);
+            let run = listen(&mut ev, specs, notes, count);
             match deadline {
                 Some(d) => tokio::time::timeout_at(d, run)
                     .await
@@ -281,11 +347,20 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
 async fn listen(
     ev: &mut Events,
     specs: Vec<HandlerSpec>,
+    notes: Vec<NotifySpec>,
     count: Option<u64>,
 ) -> Result<u8, (u8, String)> {
+    line(json!({"connected": true, "me": ev.me()}));
     let mut by_id = std::collections::BTreeMap::new();
     let mut ids = Vec::new();
+    let my_rank = ev.me().map(|p| p.rank);
     for h in specs {
+        if h.rank.is_some() && h.rank != my_rank {
+            continue;
+        }
+        if h.register_delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(h.register_delay_ms)).await;
+        }
         let id = ev
             .register(
                 h.codes.clone(),
@@ -302,6 +377,13 @@ async fn listen(
         by_id.insert(id, h);
     }
     line(json!({"ready": true, "me": ev.me(), "registrations": ids}));
+    let mine: Vec<&NotifySpec> = notes
+        .iter()
+        .filter(|n| n.rank.is_none() || n.rank == my_rank)
+        .collect();
+    for n in mine.iter().filter(|n| n.on.is_none()) {
+        send(ev, n).await?;
+    }
     let mut served = 0u64;
     if count == Some(0) {
         return Ok(0);
@@ -321,6 +403,9 @@ async fn listen(
                     "results": inv.results.iter().map(|r| r.to_info()).collect::<Vec<_>>(),
                     "returns": h.status,
                 }));
+                if h.deregister {
+                    ev.deregister(inv.reg).await.map_err(|e| (3, e))?;
+                }
                 if h.delay_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(h.delay_ms)).await;
                 }
@@ -338,6 +423,9 @@ async fn listen(
                     "handlers": results.iter().map(|r| r.to_info()).collect::<Vec<_>>(),
                     "internal": internal,
                 }));
+                for n in mine.iter().filter(|n| n.on == Some(event.code)) {
+                    send(ev, n).await?;
+                }
                 // The lost-server event is this process's own, not one it was sent: the
                 // daemon is gone, and the next step says so.
                 if internal {
@@ -353,6 +441,19 @@ async fn listen(
             }
         }
     }
+}
+
+/// Sends the notification `n` describes, `after_ms` from now, and says so.
+async fn send(ev: &mut Events, n: &NotifySpec) -> Result<(), (u8, String)> {
+    if n.after_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(n.after_ms)).await;
+    }
+    let range = Range::parse(&n.range).unwrap_or(Range::Undef);
+    ev.notify(n.code, range, n.targets.clone(), n.info.clone())
+        .await
+        .map_err(|e| (3, e))?;
+    line(json!({"notified": n.code, "range": n.range}));
+    Ok(())
 }
 
 #[cfg(test)]

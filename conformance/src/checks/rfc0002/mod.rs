@@ -21,24 +21,46 @@ pub(crate) fn tests() -> Vec<TestDef> {
             => ["specific_first", "fifo", "prepend", "results", "complete_stops", "waits", "info"],
         every_range_reaches_exactly_whom_it_names
             => ["local", "session", "global", "rm", "custom", "proc_local"],
+        a_job_event_waits_on_its_node_for_processes_that_register_later,
+        a_namespace_event_reaches_its_job_and_nobody_else,
+        a_handler_that_deregistered_itself_is_not_called_again,
     ]
 }
 
-/// A formed DVM of `ctl` and `n` nodes.
-fn formed<'a>(ctx: &'a Ctx, label: &str, n: usize) -> Result<(Dvm<'a>, Vec<String>), Problem> {
-    if ctx.profile.events.is_none() {
+/// Where an events test runs: a formed DVM of `ctl` and `n` nodes (its conf given `extra`
+/// keys), or, for a profile whose events are served by a server of their own, that
+/// server's one host, if the test can be judged on `min` = 1 node.
+fn site<'a>(
+    ctx: &'a Ctx,
+    label: &str,
+    n: usize,
+    min: usize,
+    extra: &[(String, String)],
+) -> Result<(Dvm<'a>, Vec<String>), Problem> {
+    let Some(events) = &ctx.profile.events else {
         return Err(Problem::Unsupported(
             "the profile has no [events] section (how to listen and notify)".into(),
         ));
+    };
+    if events.server.is_some() {
+        if min > 1 {
+            return Err(Problem::Unsupported(format!(
+                "needs {min} nodes, and the profile's events are served on one host ([events] server)"
+            )));
+        }
+        return Ok((Dvm::events_server(ctx, label)?, vec!["n01".to_string()]));
     }
     let nodes = node_names(n);
     let mut hosts = vec!["ctl".to_string()];
     hosts.extend(nodes.iter().cloned());
-    let conf = PrteConf::new()
+    let mut conf = PrteConf::new()
         .set("DVMNodes", nodes.join(","))
         .set("DVMControllerHost", "ctl")
         .set("DVMRadix", ctx.cell.radix)
         .set("DVMIPVersion", ctx.cell.ip);
+    for (k, v) in extra {
+        conf = conf.set(k, v);
+    }
     let mut dvm = Dvm::new(ctx, label, &hosts, &conf)?;
     dvm.start_all()?;
     dvm.wait_formed(FORM)?;
@@ -68,7 +90,7 @@ fn show(lines: &[Line]) -> String {
 pub fn a_chain_runs_in_the_rfcs_order_and_each_handler_sees_every_earlier_result(
     ctx: &Ctx,
 ) -> Verdict {
-    let (dvm, nodes) = formed(ctx, "chain", 1)?;
+    let (dvm, nodes) = site(ctx, "chain", 1, 1, &[])?;
     let code = -3101;
     let chain = json!([
         handler("d1", &[]),
@@ -166,25 +188,21 @@ pub fn a_chain_runs_in_the_rfcs_order_and_each_handler_sees_every_earlier_result
 }
 
 /// Tools listening on two nodes and a job with a listener on each, then a tool on the first
-/// node notifies one event per range; who hears which judges each range's aspect.
+/// node notifies one event per range; who hears which judges each range's aspect. On a
+/// profile that serves events on one host, everything is on that host.
 pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
-    let (dvm, nodes) = formed(ctx, "ranges", 2)?;
+    let (dvm, nodes) = site(ctx, "ranges", 2, 1, &[])?;
+    let (first, last) = (&nodes[0], &nodes[nodes.len() - 1]);
     let all = json!([handler("all", &[])]);
-    let tool1 = dvm.listen(&nodes[0], "tool1", &all, 8)?;
-    let tool2 = dvm.listen(&nodes[1], "tool2", &all, 8)?;
+    let tool1 = dvm.listen(first, "tool1", &all, 8)?;
+    let tool2 = dvm.listen(last, "tool2", &all, 8)?;
     tool1.wait_ready(1, READY)?;
     tool2.wait_ready(1, READY)?;
+    // Two processes over the nodes, one per listed host in order: 0 on the first, 1 on
+    // the last.
     let job = dvm.listen_in_job(&nodes, 2, "job", &all, 8)?;
     let ready = job.wait_ready(2, READY)?;
-    let me = |p: u32| {
-        ready
-            .iter()
-            .find(|l| l.proc == Some(p))
-            .map(|l| l.json["me"].clone())
-            .ok_or_else(|| fail(format!("job process {p} ready"), show(&ready)))
-    };
-    let (p0, p1) = (me(0)?, me(1)?);
-    let target = |m: &Value| format!("{}:{}", m["nspace"].as_str().unwrap_or(""), m["rank"]);
+    let p1 = me(&ready, 1)?;
     let ranges: [(&str, i32, Vec<String>); 6] = [
         ("LOCAL", -3201, vec![]),
         ("SESSION", -3202, vec![]),
@@ -194,66 +212,51 @@ pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
         ("PROC_LOCAL", -3206, vec![]),
     ];
     for (range, code, targets) in &ranges {
-        dvm.notify(&nodes[0], *code, range, targets, &[])?;
+        dvm.notify(first, *code, range, targets, &[])?;
     }
     let t1 = tool1.finish(Duration::from_secs(30))?;
     let t2 = tool2.finish(Duration::from_secs(30))?;
     let j = job.finish(Duration::from_secs(30))?;
-    // Where each job process runs: process p's placement, from the `me` it printed and
-    // the host its line came from is not shown; the job places process 0 on the first
-    // node and 1 on the second (one per listed host, in order).
-    let heard = |lines: &[Line], proc: Option<u32>, code: i32| {
-        lines
-            .iter()
-            .any(|l| l.is_call() && l.proc == proc && l.json["code"] == code)
-    };
-    let who = |code: i32| {
-        let mut w = Vec::new();
-        if heard(&t1, None, code) {
-            w.push("tool on node 1");
-        }
-        if heard(&t2, None, code) {
-            w.push("tool on node 2");
-        }
-        if heard(&j, Some(0), code) {
-            w.push("job process 0 (node 1)");
-        }
-        if heard(&j, Some(1), code) {
-            w.push("job process 1 (node 2)");
-        }
-        w
-    };
-    let all_four = [
-        "tool on node 1",
-        "tool on node 2",
-        "job process 0 (node 1)",
-        "job process 1 (node 2)",
+    let listeners: [(String, &[Line], Option<u32>, &String); 4] = [
+        (format!("tool on {first}"), &t1, None, first),
+        (format!("tool on {last}"), &t2, None, last),
+        (format!("job process 0 on {first}"), &j, Some(0), first),
+        (format!("job process 1 on {last}"), &j, Some(1), last),
     ];
-    let expect: [(&str, &str, i32, Vec<&str>); 6] = [
+    let who = |code: i32, only: &dyn Fn(&(String, &[Line], Option<u32>, &String)) -> bool| {
+        listeners
+            .iter()
+            .filter(|l| only(l))
+            .filter(|(_, lines, proc, _)| {
+                lines
+                    .iter()
+                    .any(|l| l.is_call() && l.proc == *proc && l.json["code"] == code)
+            })
+            .map(|(name, ..)| name.clone())
+            .collect::<Vec<_>>()
+    };
+    let heard = |code: i32| who(code, &|_| true);
+    let everyone: Vec<String> = who_all(&listeners);
+    let local: Vec<String> = listeners
+        .iter()
+        .filter(|(.., node)| *node == first)
+        .map(|(name, ..)| name.clone())
+        .collect();
+    let expect: [(&str, &str, i32, Vec<String>); 6] = [
         (
             "local",
             "LOCAL: every client on the notifier's node, nobody elsewhere",
             -3201,
-            vec!["tool on node 1", "job process 0 (node 1)"],
+            local,
         ),
-        (
-            "session",
-            "SESSION: every client of the DVM",
-            -3202,
-            all_four.to_vec(),
-        ),
-        (
-            "global",
-            "GLOBAL: every client of the DVM",
-            -3203,
-            all_four.to_vec(),
-        ),
+        ("session", "SESSION: every client", -3202, everyone.clone()),
+        ("global", "GLOBAL: every client", -3203, everyone),
         ("rm", "RM: the runtime only, no client", -3204, vec![]),
         (
             "custom",
             "CUSTOM: exactly the target processes",
             -3205,
-            vec!["job process 1 (node 2)"],
+            vec![format!("job process 1 on {last}")],
         ),
         (
             "proc_local",
@@ -263,13 +266,13 @@ pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
         ),
     ];
     let everything = format!(
-        "tool 1:\n{}\ntool 2:\n{}\njob ({p0} and {p1}):\n{}",
+        "tool 1:\n{}\ntool 2:\n{}\njob:\n{}",
         show(&t1),
         show(&t2),
         show(&j)
     );
     for (aspect, what, code, want) in expect {
-        let got = who(code);
+        let got = heard(code);
         ctx.aspect(
             aspect,
             check(
@@ -280,4 +283,171 @@ pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
         );
     }
     Ok(())
+}
+
+fn who_all(listeners: &[(String, &[Line], Option<u32>, &String)]) -> Vec<String> {
+    listeners.iter().map(|(name, ..)| name.clone()).collect()
+}
+
+/// The `me` (namespace and rank) job process `p` printed in its ready or connected line.
+fn me(lines: &[Line], p: u32) -> Result<Value, Problem> {
+    lines
+        .iter()
+        .find(|l| l.proc == Some(p) && l.json["me"].is_object())
+        .map(|l| l.json["me"].clone())
+        .ok_or_else(|| fail(format!("job process {p} says who it is"), show(lines)))
+}
+
+/// `NSPACE:RANK` of a process's `me`.
+fn target(m: &Value) -> String {
+    format!("{}:{}", m["nspace"].as_str().unwrap_or(""), m["rank"])
+}
+
+fn code_calls(lines: &[Line], proc: Option<u32>, code: i32) -> Vec<&Line> {
+    lines
+        .iter()
+        .filter(|l| l.is_call() && l.proc == proc && l.json["code"] == code)
+        .collect()
+}
+
+/// A job of two processes on one node: process 0 registers at once, process 1 only well
+/// after connecting. A tool sends an event to both in between: process 1 must still get it
+/// when it registers, although process 0 had it long before.
+pub fn a_job_event_waits_on_its_node_for_processes_that_register_later(ctx: &Ctx) -> Verdict {
+    let (dvm, nodes) = site(ctx, "kept", 1, 1, &[])?;
+    let code = -3401;
+    let chain = json!([
+        {"name": "now", "codes": [code], "rank": 0},
+        {"name": "late", "codes": [code], "rank": 1, "register_delay_ms": 3000},
+    ]);
+    let job = dvm.listen_in_job(&nodes[..1], 2, "job", &chain, 30)?;
+    let lines = job.wait_lines("process 0 ready and process 1 connected", READY, |ls| {
+        ls.iter()
+            .any(|l| l.proc == Some(0) && l.json["ready"] == true)
+            && ls
+                .iter()
+                .any(|l| l.proc == Some(1) && l.json["connected"] == true)
+    })?;
+    let targets = vec![target(&me(&lines, 0)?), target(&me(&lines, 1)?)];
+    dvm.notify(&nodes[0], code, "CUSTOM", &targets, &[])?;
+    let sent = job.lines();
+    if sent
+        .iter()
+        .any(|l| l.proc == Some(1) && l.json["ready"] == true)
+    {
+        return Err(Problem::Unresolved(format!(
+            "process 1 registered before the event was sent; nothing was proven\n{}",
+            show(&sent)
+        )));
+    }
+    let lines = job
+        .wait_lines("both processes hear the event", Duration::from_secs(20), |ls| {
+            !code_calls(ls, Some(0), code).is_empty() && !code_calls(ls, Some(1), code).is_empty()
+        })
+        .map_err(|p| match p {
+            Problem::Fail { observed, .. } => Problem::Fail {
+                expected: "a job event kept on the node until every local process of the job had it: process 1, registering 3 s after it was sent, still hears it".into(),
+                observed,
+            },
+            other => other,
+        })?;
+    job.stop();
+    check(
+        code_calls(&lines, Some(1), code)
+            .iter()
+            .all(|l| l.handler() == "late"),
+        "process 1 hears it through the handler it registered late",
+        show(&lines),
+    )
+}
+
+/// A job of two processes over the nodes, and, on the last node, a tool and another job's
+/// process listening. Process 0 of the first job notifies NAMESPACE when told to: its job's
+/// other process hears it; the tool and the other job do not.
+pub fn a_namespace_event_reaches_its_job_and_nobody_else(ctx: &Ctx) -> Verdict {
+    let (dvm, nodes) = site(ctx, "namespace", 2, 1, &[])?;
+    let last = &nodes[nodes.len() - 1];
+    let (trigger, code) = (-3501, -3502);
+    let all = json!([handler("all", &[])]);
+    let tool = dvm.listen(last, "tool", &all, 30)?;
+    let other = dvm.listen_in_job(std::slice::from_ref(last), 1, "other", &all, 30)?;
+    tool.wait_ready(1, READY)?;
+    other.wait_ready(1, READY)?;
+    let chain = json!([
+        handler("all", &[]),
+        {"notify": {"code": code, "range": "NAMESPACE", "rank": 0, "on": trigger}},
+    ]);
+    let job = dvm.listen_in_job(&nodes, 2, "job", &chain, 30)?;
+    let ready = job.wait_ready(2, READY)?;
+    dvm.notify(
+        &nodes[0],
+        trigger,
+        "CUSTOM",
+        &[target(&me(&ready, 0)?)],
+        &[],
+    )?;
+    let heard = job.wait_lines(
+        "process 1 of the notifier's job hears the NAMESPACE event",
+        Duration::from_secs(20),
+        |ls| !code_calls(ls, Some(1), code).is_empty(),
+    );
+    // The others had as long as the job's own process took.
+    let (t, o, j) = (tool.stop(), other.stop(), job.stop());
+    let seen = format!(
+        "tool on {last}:\n{}\nanother job's process on {last}:\n{}\nthe job:\n{}",
+        show(&t),
+        show(&o),
+        show(&j)
+    );
+    heard.map_err(|_| {
+        fail(
+            "NAMESPACE reaches every process of the notifier's job (process 1 on the last node)",
+            seen.clone(),
+        )
+    })?;
+    check(
+        code_calls(&t, None, code).is_empty() && code_calls(&o, Some(0), code).is_empty(),
+        "NAMESPACE reaches no tool and no process of another job",
+        seen,
+    )
+}
+
+/// One listener: `once` deregisters itself when called, `always` stays. Two events of the
+/// code, the second after `always` served the first: `once` is called for the first only.
+pub fn a_handler_that_deregistered_itself_is_not_called_again(ctx: &Ctx) -> Verdict {
+    let (dvm, nodes) = site(ctx, "dereg", 1, 1, &[])?;
+    let code = -3601;
+    let chain = json!([
+        {"name": "once", "codes": [code], "deregister": true},
+        handler("always", &[code]),
+    ]);
+    let l = dvm.listen(&nodes[0], "dereg", &chain, 30)?;
+    l.wait_ready(1, READY)?;
+    let always = |n: usize| {
+        move |ls: &[Line]| {
+            code_calls(ls, None, code)
+                .iter()
+                .filter(|c| c.handler() == "always")
+                .count()
+                >= n
+        }
+    };
+    dvm.notify(&nodes[0], code, "LOCAL", &[], &[])?;
+    l.wait_lines("the first event served", Duration::from_secs(20), always(1))?;
+    dvm.notify(&nodes[0], code, "LOCAL", &[], &[])?;
+    l.wait_lines(
+        "the second event served",
+        Duration::from_secs(20),
+        always(2),
+    )?;
+    let lines = l.stop();
+    let once = code_calls(&lines, None, code)
+        .iter()
+        .filter(|c| c.handler() == "once")
+        .count();
+    check(
+        once == 1,
+        "a handler that deregistered itself while it ran is called for that event only",
+        format!("called {once} times\n{}", show(&lines)),
+    )
 }

@@ -36,7 +36,12 @@ pub const MCA_KEYS: &[(&str, &str)] = &[
     ("DVMRadix", "rml_base_radix"),
     // An extension (the bootstrap spec lets implementations ignore keys they do not know).
     ("DVMKeyFile", "dvmlab_dvm_key_file"),
+    // An extension: how many environment events each daemon keeps for late registrations.
+    ("DVMEventRing", "dvmlab_event_ring"),
 ];
+
+/// Most environment events a daemon may be told to keep (`DVMEventRing`).
+pub const MAX_EVENT_RING: usize = 65_536;
 
 /// Environment variable prefix of MCA parameters.
 pub const ENV_PREFIX: &str = "PRTE_MCA_";
@@ -183,6 +188,8 @@ pub struct Settings {
     pub retry_max_delay: Duration,
     pub retry_initial_delay: Duration,
     pub heartbeat: Duration,
+    /// `DVMEventRing`: environment events each daemon keeps for late registrations.
+    pub event_ring: usize,
     pub dvm_temp_dir: PathBuf,
     /// `SessionTmpDir`, a template (see [`expand_template`]).
     pub session_tmp_dir: Option<String>,
@@ -294,6 +301,18 @@ impl Settings {
             None => Duration::from_secs(1),
         }
         .max(Duration::from_millis(10));
+        let event_ring = r
+            .mca("DVMEventRing")
+            .map(|(v, o)| match v.parse::<usize>() {
+                Ok(n) if (1..=MAX_EVENT_RING).contains(&n) => Ok(n),
+                _ => Err(bad_value(
+                    &o,
+                    &format!("DVMEventRing must be a number of events from 1 to {MAX_EVENT_RING}"),
+                    &v,
+                )),
+            })
+            .transpose()?
+            .unwrap_or(crate::event::server::DEFAULT_RING);
         let flag = |key: &str| -> Result<bool, Diagnostic> {
             r.file(key)
                 .map(|(v, o)| parse_bool(&v, &o))
@@ -322,6 +341,7 @@ impl Settings {
             retry_max_delay,
             retry_initial_delay,
             heartbeat,
+            event_ring,
             dvm_temp_dir: r
                 .file("DVMTempDir")
                 .map(|x| PathBuf::from(x.0))
