@@ -223,20 +223,14 @@ pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
         (format!("job process 0 on {first}"), &j, Some(0), first),
         (format!("job process 1 on {last}"), &j, Some(1), last),
     ];
-    let who = |code: i32, only: &dyn Fn(&(String, &[Line], Option<u32>, &String)) -> bool| {
+    let heard = |code: i32| {
         listeners
             .iter()
-            .filter(|l| only(l))
-            .filter(|(_, lines, proc, _)| {
-                lines
-                    .iter()
-                    .any(|l| l.is_call() && l.proc == *proc && l.json["code"] == code)
-            })
+            .filter(|(_, lines, proc, _)| !code_calls(lines, *proc, code).is_empty())
             .map(|(name, ..)| name.clone())
             .collect::<Vec<_>>()
     };
-    let heard = |code: i32| who(code, &|_| true);
-    let everyone: Vec<String> = who_all(&listeners);
+    let everyone: Vec<String> = listeners.iter().map(|(name, ..)| name.clone()).collect();
     let local: Vec<String> = listeners
         .iter()
         .filter(|(.., node)| *node == first)
@@ -283,10 +277,6 @@ pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
         );
     }
     Ok(())
-}
-
-fn who_all(listeners: &[(String, &[Line], Option<u32>, &String)]) -> Vec<String> {
-    listeners.iter().map(|(name, ..)| name.clone()).collect()
 }
 
 /// The `me` (namespace and rank) job process `p` printed in its ready or connected line.
