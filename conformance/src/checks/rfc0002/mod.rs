@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::checks::{tests, TestDef};
 use crate::listeners::Line;
-use crate::outcome::{check, fail, Problem, Verdict};
+use crate::outcome::{check, fail, OrUnresolved, Problem, Verdict};
 use crate::sut::{node_names, Ctx, Dvm};
 
 const FORM: Duration = Duration::from_secs(30);
@@ -24,6 +24,8 @@ pub(crate) fn tests() -> Vec<TestDef> {
         a_job_event_waits_on_its_node_for_processes_that_register_later,
         a_namespace_event_reaches_its_job_and_nobody_else,
         a_handler_that_deregistered_itself_is_not_called_again,
+        a_lost_node_is_an_environment_event_and_its_own_clients_hear_their_daemon_is_gone
+            => ["environment", "job_only", "lost_server", "never_transmitted", "ring", "eviction"],
     ]
 }
 
@@ -440,4 +442,135 @@ pub fn a_handler_that_deregistered_itself_is_not_called_again(ctx: &Ctx) -> Verd
         "a handler that deregistered itself while it ran is called for that event only",
         format!("called {once} times\n{}", show(&lines)),
     )
+}
+
+/// `PMIX_EVENT_NODE_DOWN`, the specs README's name for a lost daemon's event.
+const NODE_DOWN: i32 = -231;
+/// `PMIX_ERR_LOST_CONNECTION`, and its older name `PMIX_ERR_LOST_CONNECTION_TO_SERVER`.
+const LOST: [i32; 2] = [-61, -101];
+
+fn lost_calls(lines: &[Line]) -> Vec<&Line> {
+    lines
+        .iter()
+        .filter(|l| l.is_call() && LOST.iter().any(|c| l.json["code"] == *c))
+        .collect()
+}
+
+/// Tools on the first node listen for environment events (`env`) and with a job-level
+/// default handler (`job`); a tool on the third node listens with a default handler. The
+/// third node's daemon is killed, then the second's; once `env` heard both, a late tool
+/// registers for environment events on the first node and is given what its daemon kept
+/// (with a ring of one event, if the profile can set it: the newer alone).
+pub fn a_lost_node_is_an_environment_event_and_its_own_clients_hear_their_daemon_is_gone(
+    ctx: &Ctx,
+) -> Verdict {
+    let ring_key = ctx.profile.events.as_ref().and_then(|e| e.ring_key.clone());
+    let extra: Vec<(String, String)> = ring_key.iter().map(|k| (k.clone(), "1".into())).collect();
+    let (mut dvm, nodes) = site(ctx, "lost", 3, 3, &extra)?;
+    let marker = -3701;
+    let env = json!([
+        {"name": "env", "codes": [NODE_DOWN], "enviro_level": true},
+        handler("marker", &[marker]),
+    ]);
+    let job = json!([handler("job", &[])]);
+    let envl = dvm.listen(&nodes[0], "env", &env, 90)?;
+    let jobl = dvm.listen(&nodes[0], "job", &job, 90)?;
+    let lost = dvm.listen(&nodes[2], "lost", &job, 90)?;
+    for l in [&envl, &jobl, &lost] {
+        l.wait_ready(1, READY)?;
+    }
+    let downs = |n: usize| move |ls: &[Line]| code_calls(ls, None, NODE_DOWN).len() >= n;
+    let within = Duration::from_secs(30);
+    // Leaves first, whatever the radix: no other daemon loses its parent.
+    dvm.cluster
+        .kill(&nodes[2])
+        .or_unresolved("killing the third node's daemon")?;
+    let first = envl.wait_lines("NODE_DOWN for the third node", within, downs(1));
+    let lost_heard = lost.wait_lines("its daemon's loss", within, |ls| !lost_calls(ls).is_empty());
+    dvm.cluster
+        .kill(&nodes[1])
+        .or_unresolved("killing the second node's daemon")?;
+    let second = envl.wait_lines("NODE_DOWN for the second node", within, downs(2));
+    let late = dvm.listen(&nodes[0], "late", &env, 60)?;
+    late.wait_ready(1, READY)?;
+    // Whatever the daemon kept comes with the registration, before an event sent after it.
+    dvm.notify(&nodes[0], marker, "LOCAL", &[], &[])?;
+    let late_lines = late.wait_lines("the marker event sent after it registered", within, |ls| {
+        ls.iter().any(|l| l.handler() == "marker")
+    });
+    let (e, j, lo, la) = (envl.stop(), jobl.stop(), lost.stop(), late.stop());
+    let seen = format!(
+        "env on {n1}:\n{}\njob on {n1}:\n{}\nlost on {n3}:\n{}\nlate on {n1}:\n{}",
+        show(&e),
+        show(&j),
+        show(&lo),
+        show(&la),
+        n1 = nodes[0],
+        n3 = nodes[2]
+    );
+    let env_downs: Vec<Value> = code_calls(&e, None, NODE_DOWN)
+        .iter()
+        .map(|l| l.json["info"].clone())
+        .collect();
+    ctx.aspect(
+        "environment",
+        check(
+            first.is_ok() && second.is_ok() && env_downs.len() == 2,
+            "a registration for environment events hears each lost node's NODE_DOWN, once",
+            seen.clone(),
+        ),
+    );
+    ctx.aspect(
+        "job_only",
+        check(
+            code_calls(&j, None, NODE_DOWN).is_empty(),
+            "a job-level registration (the default) never sees the environment event NODE_DOWN",
+            seen.clone(),
+        ),
+    );
+    ctx.aspect(
+        "lost_server",
+        check(
+            lost_heard.is_ok() && !lost_calls(&lo).is_empty(),
+            "a client whose daemon died gets the lost-connection event (PMIX_ERR_LOST_CONNECTION, -61, or its older -101) from its own library",
+            seen.clone(),
+        ),
+    );
+    ctx.aspect(
+        "never_transmitted",
+        check(
+            lost_calls(&e).is_empty() && lost_calls(&j).is_empty() && lost_calls(&la).is_empty(),
+            "the lost-connection event is never sent to another client",
+            seen.clone(),
+        ),
+    );
+    let cached: Vec<Value> = match &late_lines {
+        Ok(_) => code_calls(&la, None, NODE_DOWN)
+            .iter()
+            .map(|l| l.json["info"].clone())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    ctx.aspect(
+        "ring",
+        check(
+            !cached.is_empty() && env_downs.ends_with(&cached),
+            "a registration for environment events after they happened is given the newest ones the daemon kept, in order",
+            format!("given {cached:?}\n{seen}"),
+        ),
+    );
+    ctx.aspect(
+        "eviction",
+        match &ring_key {
+            None => Err(Problem::Unsupported(
+                "the profile names no ring_key (how to set the ring's size)".into(),
+            )),
+            Some(k) => check(
+                cached.len() == 1 && env_downs.last() == cached.last(),
+                format!("with {k}=1 the ring keeps one event: the older NODE_DOWN was dropped, the newer given"),
+                format!("given {cached:?}\n{seen}"),
+            ),
+        },
+    );
+    Ok(())
 }
