@@ -369,3 +369,159 @@ fn a_tool_registered_for_job_end_hears_every_job_end_with_its_status() {
     assert_eq!(status["value"], 3 << 8, "{call}");
     dvm.stop_cleanly(&hosts);
 }
+
+/// The socket and namespace a job process on `host` is given.
+fn job_env(dvm: &Dvm, host: &str) -> (String, String) {
+    let (code, out, err) = prun(
+        dvm,
+        &[
+            "--host",
+            host,
+            "sh",
+            "-c",
+            "echo $DVMLAB_EVENTS $DVMLAB_NSPACE",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (socket, nspace) = out.trim().split_once(' ').unwrap();
+    (socket.to_string(), nspace.to_string())
+}
+
+#[test]
+fn a_process_that_says_it_is_a_job_process_it_is_not_is_refused() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-liar", Needs::AnyBackend, 1, 2) else {
+        return;
+    };
+    // A process of the owner on the node, not of any job, with a job's environment.
+    let (socket, nspace) = job_env(&dvm, "n01");
+    let argv: Vec<String> = [PEVENT, "listen", "--handler", "name=x", "--timeout", "5"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let out = dvm
+        .cluster
+        .command("n01", &argv)
+        .unwrap()
+        .env("DVMLAB_EVENTS", &socket)
+        .env("DVMLAB_NSPACE", &nspace)
+        .env("DVMLAB_PROC", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("is no job process of this node"), "{err}");
+    // A job process that says it is another process of its job.
+    let script = format!(
+        "if [ $DVMLAB_PROC = 1 ]; then DVMLAB_PROC=0 exec {PEVENT} listen --handler name=x --timeout 5; fi"
+    );
+    let (code, out, err) = prun(&dvm, &["-n", "2", "--host", "n01", "sh", "-c", &script]);
+    assert_eq!(code, Some(3), "{out}{err}");
+    assert!(
+        err.contains(":0 but belongs to ") && err.contains(":1"),
+        "{err}"
+    );
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_job_process_sending_thousands_of_registrations_an_oversized_event_and_garbage_leaves_the_daemon_serving(
+) {
+    use dvmlab_proto::event::{Directives, EventUp, Info, Range};
+    use dvmlab_proto::wire::{Frame, Hello, Peer};
+    let Some((mut dvm, hosts)) = Dvm::formed("events-abuse", Needs::AnyBackend, 1, 2) else {
+        return;
+    };
+    // Frames as JSON templates; the job process fills in who it is and frames them itself.
+    let hello = serde_json::to_string(&Frame::Hello(Hello::new(
+        "DVM",
+        Peer::Process {
+            nspace: "NSPACE".into(),
+            rank: 0,
+        },
+    )))
+    .unwrap();
+    let register = serde_json::to_string(&Frame::Event(EventUp::Register {
+        id: 0,
+        codes: vec![-3001],
+        directives: Directives::default(),
+    }))
+    .unwrap();
+    let big = serde_json::to_string(&Frame::Event(EventUp::Notify {
+        code: -3001,
+        range: Range::Global,
+        targets: vec![],
+        info: vec![Info {
+            key: "big".into(),
+            value: "x".repeat(dvmlab_proto::event::MAX_EVENT_BYTES).into(),
+        }],
+    }))
+    .unwrap();
+    let script = dvm.cluster.run_dir().join("abuse.py");
+    std::fs::write(
+        &script,
+        r#"
+import json, os, socket, struct, sys
+hello, register, big = (json.loads(open(sys.argv[i]).read()) for i in (1, 2, 3))
+ns = os.environ["DVMLAB_NSPACE"]
+def frame(o):
+    b = json.dumps(o).encode()
+    return struct.pack(">I", len(b)) + b
+hello = frame(json.loads(json.dumps(hello).replace('"DVM"', json.dumps(ns.split("@")[0])).replace('"NSPACE"', json.dumps(ns))))
+out = [hello]
+for i in range(1, 1101):
+    register["id"] = i
+    out.append(frame(register))
+out.append(frame(big))
+out.append(struct.pack(">I", 10) + b"not json!!")
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(os.environ["DVMLAB_EVENTS"])
+s.sendall(b"".join(out))
+got = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    got += b
+print(got.count(b'"op":"registered"'), got.count(b'"op":"refused"'), got.count(b'"op":"notify_refused"'), "closed")
+"#,
+    )
+    .unwrap();
+    let mut args = vec![script.to_string_lossy().into_owned()];
+    for (name, t) in [("hello", &hello), ("register", &register), ("big", &big)] {
+        let p = dvm.cluster.run_dir().join(format!("{name}.json"));
+        std::fs::write(&p, t).unwrap();
+        args.push(p.to_string_lossy().into_owned());
+    }
+    let mut argv = vec!["--host", "n01", "python3"];
+    argv.extend(args.iter().map(String::as_str));
+    let (code, out, err) = prun(&dvm, &argv);
+    assert_eq!(code, Some(0), "{out}{err}\n{}", dvm.cluster.logs_tail(20));
+    assert_eq!(
+        out.trim(),
+        "1024 76 1 closed",
+        "registered, refused past the limit, the oversized event refused, then dropped for garbage"
+    );
+    // The daemon serves the next listener as before.
+    let after = dvm.cluster.run_dir().join("after.out");
+    let mut listener = spawn_pevent(
+        &dvm,
+        "n01",
+        &[
+            "listen",
+            "--handler",
+            "name=after",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ],
+        &after,
+    );
+    wait_for(&after, "\"ready\"");
+    let (ok, err) = pevent(&dvm, "ctl", &["notify", "-3002", "--range", "SESSION"]);
+    assert!(ok, "{err}");
+    assert!(wait_exit(&mut listener, "the listener after").success());
+    assert!(dvm.status().unwrap().formed);
+    dvm.stop_cleanly(&hosts);
+}

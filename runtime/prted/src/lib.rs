@@ -164,6 +164,8 @@ struct Ctx {
     key: Option<DvmKey>,
     /// The DVM owner: this daemon's user. Only its tools, and root's, get in locally.
     owner: u32,
+    /// Who each live local job process is, by process group (kept by the job shells).
+    procs: shell::ProcTable,
 }
 
 /// Runs the daemon until the DVM stops or a signal ends it.
@@ -260,6 +262,7 @@ pub async fn run(
         drained: Arc::new(Notify::new()),
         key,
         owner: nix::unistd::geteuid().as_raw(),
+        procs: shell::ProcTable::default(),
     });
     let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
     let tool_socket = s.tool_socket(&p.identity.host, p.identity.rank);
@@ -292,7 +295,11 @@ pub async fn run(
         reaper,
         slot,
     )
-    .with_events(p.identity.nspace.clone(), tool_socket.clone());
+    .with_events(
+        p.identity.nspace.clone(),
+        tool_socket.clone(),
+        ctx.procs.clone(),
+    );
     let jobs_path = session.dir().join("jobs.json");
     let (recovered, jobs_file) = match role {
         Role::Controller => (
@@ -623,6 +630,7 @@ async fn serve_local(
         window,
         peer,
         tools_only: true,
+        pid: cred.pid(),
     };
     serve_hello(&ctx, local, handshake).await;
 }
@@ -784,6 +792,7 @@ async fn serve_inbound(
         window,
         peer: peer.to_string(),
         tools_only: false,
+        pid: None,
     };
     serve_hello(&ctx, conn, handshake).await;
 }
@@ -801,6 +810,8 @@ struct Connection<R, W> {
     peer: String,
     /// The local tools socket: only tools say hello there.
     tools_only: bool,
+    /// A local peer's process id, from its credentials.
+    pid: Option<i32>,
 }
 
 /// Reads the hello within the window, refuses one that does not fit, and feeds the core
@@ -818,6 +829,7 @@ where
         window,
         peer,
         tools_only,
+        pid,
     } = c;
     let hello = match tokio::time::timeout_at(window, frames.next()).await {
         Ok(Some(Ok(Frame::Hello(h)))) => h,
@@ -834,11 +846,15 @@ where
             Some("only tools and job processes connect to a daemon's tools socket".to_string())
         }
         // Job processes are local: they reach their daemon through its tools socket, whose
-        // peer credential check lets only the DVM's owner in.
+        // peer credential check lets only the DVM's owner in, and whose process group must
+        // be the job process it says it is.
         None if !tools_only && matches!(hello.peer, Peer::Process { .. }) => {
             Some("job processes connect to their daemon's tools socket".to_string())
         }
-        None => None,
+        None => match &hello.peer {
+            Peer::Process { nspace, rank } => not_that_process(ctx, pid, nspace, *rank),
+            _ => None,
+        },
     };
     if let Some(reason) = refusal {
         warn!("{peer}: refused: {reason}");
@@ -861,6 +877,28 @@ where
         }))
         .await;
     read_frames(ctx, link, frames, reading, &peer).await;
+}
+
+/// Why a local peer saying it is process `rank` of job `nspace` is not believed: its
+/// process group is no live job process of this node, or another one.
+fn not_that_process(ctx: &Ctx, pid: Option<i32>, nspace: &str, rank: u32) -> Option<String> {
+    let Some(pid) = pid else {
+        return Some("a job process whose process id cannot be learned".into());
+    };
+    let group = match nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))) {
+        Ok(g) => g.as_raw(),
+        Err(e) => return Some(format!("pid {pid}: no process group ({e})")),
+    };
+    let is = ctx.procs.lock().ok()?.get(&group).cloned();
+    match is {
+        Some((ns, r)) if ns == nspace && r == rank => None,
+        Some((ns, r)) => Some(format!(
+            "pid {pid} says it is {nspace}:{rank} but belongs to {ns}:{r}"
+        )),
+        None => Some(format!(
+            "pid {pid} says it is {nspace}:{rank} but is no job process of this node (its process group {group} is none of theirs)"
+        )),
+    }
 }
 
 /// One frame's bytes on the wire: sealed with `sealer`, or in the clear without one.

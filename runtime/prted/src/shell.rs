@@ -50,7 +50,14 @@ pub struct Runner {
     /// The DVM's namespace and this daemon's tools socket, which job processes are told
     /// (`DVMLAB_NSPACE`, `DVMLAB_EVENTS`) to reach its events server.
     pmix: Option<(String, std::path::PathBuf)>,
+    /// Who each live local job process is, by its process group.
+    procs: ProcTable,
 }
+
+/// The live local job processes by process group (each is its group's leader, and what it
+/// starts stays in its group): the PMIx process (namespace, rank) each one is. The events
+/// server believes a job process's hello only if its process group says the same.
+pub type ProcTable = Arc<Mutex<HashMap<i32, (String, u32)>>>;
 
 /// What waits to be written to one process's stdin, in order, and its size in bytes.
 struct StdinFeed {
@@ -115,13 +122,21 @@ impl Runner {
             barriers: Arc::new(Mutex::new(HashMap::new())),
             stdins: Arc::new(Mutex::new(HashMap::new())),
             pmix: None,
+            procs: ProcTable::default(),
         }
     }
 
     /// Tells every job process its PMIx namespace (job `id` of DVM `dvm`) and where its
     /// daemon serves events (`socket`).
-    pub fn with_events(mut self, dvm: String, socket: std::path::PathBuf) -> Runner {
+    /// `procs` is kept up to date with who each live local job process is.
+    pub fn with_events(
+        mut self,
+        dvm: String,
+        socket: std::path::PathBuf,
+        procs: ProcTable,
+    ) -> Runner {
         self.pmix = Some((dvm, socket));
+        self.procs = procs;
         self
     }
 
@@ -175,11 +190,12 @@ impl Runner {
     /// Runs the prolog, then this rank's processes of the job, and reports start, output
     /// lines and the greatest wait status.
     pub fn launch(&self, id: JobId, mut spec: JobSpec) {
-        if let Some((dvm, socket)) = &self.pmix {
-            spec.env.push((
-                "DVMLAB_NSPACE".into(),
-                dvmlab_proto::event::job_nspace(dvm, id),
-            ));
+        let nspace = self
+            .pmix
+            .as_ref()
+            .map(|(dvm, _)| dvmlab_proto::event::job_nspace(dvm, id));
+        if let (Some((_, socket)), Some(nspace)) = (&self.pmix, &nspace) {
+            spec.env.push(("DVMLAB_NSPACE".into(), nspace.clone()));
             spec.env.push((
                 "DVMLAB_EVENTS".into(),
                 socket.to_string_lossy().into_owned(),
@@ -196,6 +212,7 @@ impl Runner {
             }
         }
         let stdins = self.stdins.clone();
+        let procs_table = self.procs.clone();
         let (me, events, groups, prolog, barriers, reaper, slot) = (
             self.me,
             self.events.clone(),
@@ -264,7 +281,12 @@ impl Runner {
                             if let Ok(mut g) = groups.lock() {
                                 g.entry(id).or_default().push(pid as i32);
                             }
+                            if let (Some(ns), Ok(mut t)) = (&nspace, procs_table.lock()) {
+                                t.insert(pid as i32, (ns.clone(), proc));
+                            }
                         }
+                        let pid = child.id().map(|p| p as i32);
+                        let table = procs_table.clone();
                         for (stream, pipe) in [
                             (Stream::Stdout, child.stdout.take().map(box_reader)),
                             (Stream::Stderr, child.stderr.take().map(box_reader)),
@@ -291,6 +313,9 @@ impl Runner {
                                     1 << 8
                                 }
                             };
+                            if let (Some(pid), Ok(mut t)) = (pid, table.lock()) {
+                                t.remove(&pid);
+                            }
                             // For PMIx events: the job's other processes may hear of it.
                             let _ = told
                                 .send(Input::ProcExited {
