@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree traceability lab lab-bins lab-image lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -20,6 +20,7 @@ test: lint
 	$(MAKE) --no-print-directory conformance-adapter || status=1; \
 	$(MAKE) --no-print-directory conformance-probe || status=1; \
 	$(MAKE) --no-print-directory conformance-docker-tree || status=1; \
+	$(MAKE) --no-print-directory conformance-openpmix || status=1; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \
@@ -46,6 +47,12 @@ conformance-probe:
 ## controller's place read from the containers' connections alone.
 conformance-docker-tree:
 	DVMLAB_BACKEND=docker DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/probe-job-example.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-docker-tree cargo test -p conformance --test conformance -- bootstrap.radix bootstrap.C3 bootstrap.wireup.heal
+
+## The events (RFC 0002) items on real OpenPMIx (Debian's libpmix): a one-node PMIx host
+## server with real clients and tools. Passes when exactly the deviations listed in
+## conformance/profiles/openpmix.expected.toml fail. Builds its adapter (C) itself.
+conformance-openpmix:
+	env -u DVMLAB_SKIP_PROFILE_BUILD DVMLAB_PROFILE=$(CURDIR)/conformance/profiles/openpmix.toml DVMLAB_RESULTS=$(CURDIR)/target/conformance-openpmix cargo test -p conformance --test conformance -- rfc0002
 
 ## Rerun the whole suite and rewrite conformance/TRACEABILITY.md with its results.
 traceability:

@@ -202,6 +202,64 @@ pub struct Profile {
     pub jobs: Option<Jobs>,
     pub events: Option<Events>,
     pub features: Features,
+    /// Known deviations (`<profile>.expected.toml` beside it): item id -> why it fails. The
+    /// run passes when exactly these items FAIL.
+    pub expected: BTreeMap<String, String>,
+    /// Where they were read from.
+    pub expected_path: PathBuf,
+}
+
+/// An implementation's known deviations, as web-platform-tests keeps them: items expected
+/// to FAIL, each with the reason (checked against the spec).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expectations {
+    #[serde(default)]
+    fail: Vec<ExpectedFail>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedFail {
+    id: String,
+    why: String,
+}
+
+/// `<dir>/<stem>.expected.toml` for the profile at `path`.
+fn expectations_path(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}.expected.toml"))
+}
+
+fn load_expectations(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(format!("expectations {}: {e}", path.display())),
+    };
+    let e: Expectations =
+        toml::from_str(&text).map_err(|e| format!("expectations {}: {e}", path.display()))?;
+    let mut out = BTreeMap::new();
+    for f in e.fail {
+        if f.why.trim().is_empty() {
+            return Err(format!(
+                "expectations {}: {}: say why it is expected to fail",
+                path.display(),
+                f.id
+            ));
+        }
+        if out.insert(f.id.clone(), f.why).is_some() {
+            return Err(format!(
+                "expectations {}: {} is listed twice",
+                path.display(),
+                f.id
+            ));
+        }
+    }
+    Ok(out)
 }
 
 impl Profile {
@@ -271,7 +329,10 @@ impl Profile {
     pub fn load(path: &Path) -> Result<Profile, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("profile {}: {e}", path.display()))?;
-        Profile::parse(path, &text)
+        let mut p = Profile::parse(path, &text)?;
+        p.expected_path = expectations_path(path);
+        p.expected = load_expectations(&p.expected_path)?;
+        Ok(p)
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<Profile, String> {
@@ -404,6 +465,8 @@ impl Profile {
             jobs: raw.jobs,
             events: raw.events,
             features: raw.features,
+            expected: BTreeMap::new(),
+            expected_path: PathBuf::new(),
         })
     }
 
@@ -463,6 +526,51 @@ mod tests {
     use super::*;
 
     const MIN: &str = "[implementation]\nname='x'\n[daemon]\ncommand=['d']\n[status]\ncommand=['s']\n[stop]\ncommand=['t']\n";
+
+    #[test]
+    fn expectations_sit_beside_the_profile_each_item_once_with_its_reason() {
+        let dir = std::env::temp_dir().join(format!("dvmlab-expect-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let profile = dir.join("impl.toml");
+        std::fs::write(&profile, MIN).unwrap();
+        assert!(Profile::load(&profile).unwrap().expected.is_empty());
+        let exp = dir.join("impl.expected.toml");
+        std::fs::write(&exp, "[[fail]]\nid='a.b'\nwhy='it does c'\n").unwrap();
+        let p = Profile::load(&profile).unwrap();
+        assert_eq!(p.expected_path, exp);
+        assert_eq!(p.expected.get("a.b").map(String::as_str), Some("it does c"));
+        std::fs::write(&exp, "[[fail]]\nid='a.b'\nwhy=''\n").unwrap();
+        assert!(Profile::load(&profile).unwrap_err().contains("say why"));
+        std::fs::write(
+            &exp,
+            "[[fail]]\nid='a.b'\nwhy='x'\n[[fail]]\nid='a.b'\nwhy='y'\n",
+        )
+        .unwrap();
+        assert!(Profile::load(&profile)
+            .unwrap_err()
+            .contains("listed twice"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_profile_without_a_dvm_serves_its_events_itself_or_is_refused() {
+        let events = "[events]\nlisten=['l']\nlisten_in_job=['j']\nnotify=['n']\n";
+        let base = "[implementation]\nname='x'\n";
+        let p = Profile::parse(
+            Path::new("/tmp/p.toml"),
+            &format!("{base}{events}server=['s']\n"),
+        )
+        .unwrap();
+        assert!(!p.has_dvm);
+        let e = Profile::parse(Path::new("/tmp/p.toml"), &format!("{base}{events}")).unwrap_err();
+        assert!(e.contains("events.server"), "{e}");
+        let e = Profile::parse(
+            Path::new("/tmp/p.toml"),
+            &format!("{base}[daemon]\ncommand=['d']\n"),
+        )
+        .unwrap_err();
+        assert!(e.contains("all three sections"), "{e}");
+    }
 
     #[test]
     fn a_minimal_profile_loads_with_defaults() {

@@ -296,6 +296,29 @@ impl Suite {
         if let Ok(t) = serde_json::to_string(&record) {
             let _ = report::atomic_write(&file, &t);
         }
+        if let Some(why) = self.profile.expected.get(&item.id) {
+            return match outcome {
+                Outcome::Fail => Ok(Completion::ignored_with(format!(
+                    "XFAIL (expected: {why}): {}",
+                    first_line(&reason)
+                ))),
+                other => {
+                    let m = format!(
+                        "{} [{}] is expected to FAIL ({why}) but is {other}{}: update {}",
+                        item.id,
+                        cell.name(),
+                        if reason.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", first_line(&reason))
+                        },
+                        self.profile.expected_path.display()
+                    );
+                    eprintln!("{m}");
+                    Err(Failed::from(m))
+                }
+            };
+        }
         match outcome {
             Outcome::Pass => Ok(Completion::Completed),
             Outcome::Unsupported | Outcome::NotRun => Ok(Completion::ignored_with(format!(
@@ -472,6 +495,16 @@ fn setup(over: &Overrides) -> Result<Suite, String> {
                 .unwrap_or(0)
         )
     });
+    if let Some(id) = profile.expected.keys().find(|id| {
+        !catalogs
+            .iter()
+            .any(|c| c.items.iter().any(|i| &i.id == *id))
+    }) {
+        return Err(format!(
+            "expectations {}: {id} is no item of any catalog",
+            profile.expected_path.display()
+        ));
+    }
     prune_old_records(&out.join("records"));
     Ok(Suite {
         profile,
