@@ -68,6 +68,8 @@ bench:
 	cargo bench -p dvmlab-runtime --bench formation
 	cargo bench -p dvmlab-runtime --bench jobs
 	cargo bench -p dvmlab-runtime --bench key
+	mkdir -p target/bench && $(MAKE) -s -C conformance/examples/openpmix OUT=$(CURDIR)/target/bench/pmix-adapter
+	DVMLAB_PMIX_ADAPTER=$(CURDIR)/target/bench/pmix-adapter cargo bench -p dvmlab-runtime --bench events
 
 ## Every fuzz target (cargo-fuzz, nightly) for FUZZ_SECONDS each, from the checked-in corpus;
 ## new inputs go to target/fuzz-corpus, a crash to runtime/fuzz/artifacts (keep it as a

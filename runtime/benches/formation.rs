@@ -221,7 +221,7 @@ fn main() {
         "32 nodes <= 300 ms, 512 <= 3000 ms, <= 5 ms CPU and <= 8 MiB RSS per non-controller daemon",
         &misses,
         "formation",
-        svg,
+        Some(svg),
         &doc,
     );
 }

@@ -122,7 +122,7 @@ fn main() {
         "32 nodes <= 15 ms, 128 nodes <= 50 ms from submit to prun exit; >= 100 sequential one-process jobs/s",
         &misses,
         "jobs",
-        svg,
+        Some(svg),
         &doc,
     );
 }

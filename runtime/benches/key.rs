@@ -105,7 +105,7 @@ fn main() {
         "with the key, formation and a job at 32 nodes take at most 10 % longer than without",
         &misses,
         "key",
-        svg,
+        Some(svg),
         &doc,
     );
 }

@@ -63,6 +63,15 @@ static double now(void)
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* Microseconds since the Unix epoch: lines' at_us and sent_us, to time delivery across
+ * processes of one machine. */
+static int64_t unix_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t) t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
@@ -838,8 +847,10 @@ static void on_event(size_t id, pmix_status_t code, const pmix_proc_t *source, p
     for (int i = 0; i < nhandlers && !h; i++)
         if (handlers[i].registered && handlers[i].id == id)
             h = &handlers[i];
+    int64_t at = unix_us();
     json_object *line = json_object_new_object();
     json_object_object_add(line, "handler", json_object_new_string(h ? h->name : ""));
+    json_object_object_add(line, "at_us", json_object_new_int64(at));
     json_object_object_add(line, "id", json_object_new_int64((int64_t) id));
     json_object_object_add(line, "code", json_object_new_int64(code));
     json_object_object_add(line, "source", source ? proc_json(source) : NULL);
@@ -884,10 +895,12 @@ static void send_note(note_t *n)
         PMIX_INFO_LOAD(&info[ninfo++], PMIX_EVENT_CUSTOM_RANGE, &targets, PMIX_DATA_ARRAY);
     waiter_t w;
     waiter_init(&w);
+    int64_t sent = unix_us();
     pmix_status_t rc = settle(PMIx_Notify_event(n->code, NULL, n->range, info, ninfo, op_done, &w),
                               &w, 10);
     json_object *line = json_object_new_object();
     json_object_object_add(line, "notified", json_object_new_int64(n->code));
+    json_object_object_add(line, "sent_us", json_object_new_int64(sent));
     json_object_object_add(line, "range", json_object_new_string(PMIx_Data_range_string(n->range)));
     json_object_object_add(line, "status", json_object_new_string(PMIx_Error_string(rc)));
     emit(line);
@@ -969,9 +982,11 @@ static int notify_main(const char *dir, int argc, char **argv)
 {
     static note_t n;
     n.range = PMIX_RANGE_SESSION;
-    int have_code = 0;
+    int have_code = 0, print = 0;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--range") == 0) {
+        if (strcmp(argv[i], "--json") == 0) {
+            print = 1;
+        } else if (strcmp(argv[i], "--range") == 0) {
             n.range = parse_range(arg_value(argc, argv, &i));
         } else if (strcmp(argv[i], "--target") == 0) {
             if (n.ntargets == MAX_ITEMS)
@@ -1012,8 +1027,11 @@ static int notify_main(const char *dir, int argc, char **argv)
      * on (static) for the second. */
     static waiter_t w;
     waiter_init(&w);
+    int64_t sent = unix_us();
     pmix_status_t rc = settle(PMIx_Notify_event(n.code, NULL, n.range, info, ninfo, op_done, &w),
                               &w, 10);
+    if (print && rc == PMIX_SUCCESS)
+        printf("{\"notified\":%d,\"sent_us\":%lld}\n", n.code, (long long) sent);
     if (rc != PMIX_SUCCESS)
         die(1, "notifying %d (%s): %s", n.code, PMIx_Data_range_string(n.range),
             rc == PMIX_ERR_TIMEOUT ? "the library never completed it (10 s)" : PMIx_Error_string(rc));

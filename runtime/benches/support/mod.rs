@@ -3,6 +3,8 @@
 // Not every bench uses every helper.
 #[allow(dead_code)]
 pub mod dvm;
+// Not every bench draws.
+#[allow(dead_code)]
 pub mod svg;
 
 use std::time::SystemTime;
@@ -47,8 +49,15 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Prints the targets and any missed, then writes `target/bench/<name>.{svg,json}`.
-pub fn report(targets: &str, misses: &[String], name: &str, svg: String, doc: &serde_json::Value) {
+/// Prints the targets and any missed, then writes `target/bench/<name>.json` (and `.svg`,
+/// for a bench with a plot).
+pub fn report(
+    targets: &str,
+    misses: &[String],
+    name: &str,
+    svg: Option<String>,
+    doc: &serde_json::Value,
+) {
     println!("targets: {targets}");
     if misses.is_empty() {
         println!("all targets met");
@@ -59,10 +68,11 @@ pub fn report(targets: &str, misses: &[String], name: &str, svg: String, doc: &s
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
     let _ = std::fs::create_dir_all(&dir);
     let json = serde_json::to_string_pretty(doc).unwrap_or_default();
-    for (path, text) in [
-        (dir.join(format!("{name}.svg")), svg),
-        (dir.join(format!("{name}.json")), json),
-    ] {
+    let svg = svg.map(|s| (dir.join(format!("{name}.svg")), s));
+    for (path, text) in svg
+        .into_iter()
+        .chain([(dir.join(format!("{name}.json")), json)])
+    {
         match std::fs::write(&path, text) {
             Ok(()) => println!("written: {}", path.display()),
             Err(e) => eprintln!("cannot write {}: {e}", path.display()),

@@ -91,7 +91,19 @@ enum What {
         /// repeated.
         #[arg(long, value_name = "KEY=VALUE")]
         info: Vec<String>,
+        /// Print {"notified": CODE, "sent_us": ...} (microseconds since the Unix epoch, just
+        /// before it was sent) once the daemon accepted it.
+        #[arg(long)]
+        json: bool,
     },
+}
+
+/// Now, in microseconds since the Unix epoch (the lines' `at_us` and `sent_us`, so delivery
+/// can be timed across processes on one machine).
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// One handler of a listener's chain.
@@ -264,6 +276,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
             range,
             target,
             info,
+            json,
         } => {
             let code = parse_code(&code).ok_or((2, format!("{code:?} is not an event code")))?;
             let range = Range::parse(&range).ok_or((2, format!("--range {range}: not a range")))?;
@@ -297,9 +310,13 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
             let mut ev = Events::connect(&params, Duration::from_secs_f64(cli.connect_timeout))
                 .await
                 .map_err(|e| (3, e))?;
+            let sent_us = unix_us();
             ev.notify(code, range, targets, info)
                 .await
                 .map_err(|e| (3, e))?;
+            if json {
+                line(json!({"notified": code, "sent_us": sent_us}));
+            }
             Ok(0)
         }
         What::Listen {
@@ -402,6 +419,7 @@ async fn listen(
                     "info": inv.event.info,
                     "results": inv.results.iter().map(|r| r.to_info()).collect::<Vec<_>>(),
                     "returns": h.status,
+                    "at_us": unix_us(),
                 }));
                 if h.deregister {
                     ev.deregister(inv.reg).await.map_err(|e| (3, e))?;
@@ -449,10 +467,11 @@ async fn send(ev: &mut Events, n: &NotifySpec) -> Result<(), (u8, String)> {
         tokio::time::sleep(Duration::from_millis(n.after_ms)).await;
     }
     let range = Range::parse(&n.range).unwrap_or(Range::Undef);
+    let sent_us = unix_us();
     ev.notify(n.code, range, n.targets.clone(), n.info.clone())
         .await
         .map_err(|e| (3, e))?;
-    line(json!({"notified": n.code, "range": n.range}));
+    line(json!({"notified": n.code, "range": n.range, "sent_us": sent_us}));
     Ok(())
 }
 
