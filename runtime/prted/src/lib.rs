@@ -120,8 +120,8 @@ impl LinkHandle {
     /// [`MAX_LINK_QUEUE`] bytes unread (the link is to be dropped), or a writer that
     /// stopped because the peer closed (its reader reports the close once it has read
     /// everything the peer sent).
-    fn send(&self, frame: &Frame) -> Result<(), SendError> {
-        let bytes = encode_frame(frame).map_err(SendError::Drop)?;
+    fn send(&self, bytes: Result<Bytes, String>) -> Result<(), SendError> {
+        let bytes = bytes.map_err(SendError::Drop)?;
         let queued = self.queued.load(Ordering::Relaxed);
         if queued + bytes.len() > MAX_LINK_QUEUE {
             return Err(SendError::Drop(format!(
@@ -314,7 +314,11 @@ pub async fn run(
     let mut inbox: VecDeque<Input> = VecDeque::new();
 
     'main: loop {
-        for out in pending.drain(..) {
+        let mut outs = std::mem::take(&mut pending).into_iter().peekable();
+        // A frame sent on several links in a row (an event or a job message to every child)
+        // is encoded once.
+        let mut encoded: Option<Result<Bytes, String>> = None;
+        while let Some(out) = outs.next() {
             match out {
                 Output::Net(Io::Connect { rank, delay }) => match addrs.get(&rank) {
                     Some(&addr) => {
@@ -323,7 +327,12 @@ pub async fn run(
                     None => warn!("no address for rank {rank}; cannot connect"),
                 },
                 Output::Net(Io::Send { link, frame }) => {
-                    send_on(&mut links, link, &frame, &mut inbox)
+                    let bytes = encoded.take().unwrap_or_else(|| encode_frame(&frame));
+                    if matches!(outs.peek(), Some(Output::Net(Io::Send { frame: next, .. })) if *next == frame)
+                    {
+                        encoded = Some(bytes.clone());
+                    }
+                    send_on(&mut links, link, bytes, &mut inbox)
                 }
                 Output::Net(Io::Close { link }) => {
                     if let Some(h) = links.remove(&link) {
@@ -408,13 +417,13 @@ pub async fn run(
 fn send_on(
     links: &mut HashMap<LinkId, LinkHandle>,
     link: LinkId,
-    frame: &Frame,
+    bytes: Result<Bytes, String>,
     inbox: &mut VecDeque<Input>,
 ) {
     let Some(h) = links.get(&link) else {
         return;
     };
-    match h.send(frame) {
+    match h.send(bytes) {
         Ok(()) => {}
         // What the peer sent before it closed (a stopping child's `Stopped`) may still be
         // unread: the reader reads it, then reports the close.
