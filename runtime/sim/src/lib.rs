@@ -6,6 +6,8 @@
 //! at the end. No sockets, no clocks: every run is reproducible from the proptest seed, and
 //! every minimal failing case found is kept below as a named test.
 
+pub mod events;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;

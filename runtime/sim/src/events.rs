@@ -1,0 +1,345 @@
+//! The events simulator: one `EventHub` per daemon of a radix tree, wired by FIFO links
+//! whose messages are delivered in a seeded random interleaving, with job processes and
+//! tools that connect, register, notify with every range, disconnect and exit at random.
+//! After every step the safety invariants are checked (nobody outside an event's range hears
+//! it; nobody hears one twice); once the network is drained, liveness (every launched
+//! process that is registered at the end and never exited heard every job event its range
+//! gave it, however late it connected).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use dvmlab_core::event::hub::{EventHub, Input, Link, Output};
+use dvmlab_core::tree::{RadixTree, Rank};
+use dvmlab_proto::event::{Directives, EventDown, EventUp, Info, Proc, Range, Travelling};
+
+/// One thing that happens, chosen by the property's strategy.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Client `c` (modulo the clients) connects, if it is not connected.
+    Connect(usize),
+    /// Client `c` registers a default handler, if connected.
+    Register(usize),
+    /// Client `c` notifies with range `range` (an index into [`RANGES`]); `target` picks a
+    /// CUSTOM target among the job processes.
+    Notify {
+        c: usize,
+        range: usize,
+        target: usize,
+    },
+    /// Client `c` disconnects.
+    Disconnect(usize),
+    /// Job process `c` exits (and disconnects): its daemon is told.
+    Exit(usize),
+    /// One message in flight on link `l` (modulo the busy ones) arrives.
+    Deliver(usize),
+}
+
+pub const RANGES: [Range; 7] = [
+    Range::Local,
+    Range::Namespace,
+    Range::Session,
+    Range::Global,
+    Range::Custom,
+    Range::Rm,
+    Range::ProcLocal,
+];
+
+/// A client: a job process (with its node) or a tool on a node.
+#[derive(Debug, Clone)]
+struct Client {
+    rank: Rank,
+    proc: Option<Proc>,
+    link: Option<Link>,
+    registered: bool,
+    exited: bool,
+}
+
+/// A notification made: by whom, with what range and targets.
+#[derive(Debug, Clone)]
+struct Made {
+    from: usize,
+    range: Range,
+    targets: Vec<Proc>,
+}
+
+/// See the module documentation.
+pub struct EventSim {
+    tree: RadixTree,
+    hubs: Vec<EventHub>,
+    clients: Vec<Client>,
+    /// (from, to) -> messages in flight, FIFO like TCP.
+    net: BTreeMap<(Rank, Rank), VecDeque<Travelling>>,
+    next_link: Link,
+    made: Vec<Made>,
+    /// Event id -> clients (by index) that heard it.
+    heard: BTreeMap<u64, BTreeSet<usize>>,
+    /// The first invariant broken.
+    pub violation: Option<String>,
+}
+
+impl EventSim {
+    /// `n` daemons in a tree of `radix`; two jobs of `procs` processes each, placed by
+    /// `placement` (rank of each process, in order), and a tool on every node.
+    pub fn new(n: u32, radix: u32, procs: u32, placement: &[u32]) -> EventSim {
+        let tree = RadixTree::new(radix, n);
+        let mut hubs: Vec<EventHub> = (0..n).map(|r| EventHub::new(r == 0, 16)).collect();
+        let mut clients = Vec::new();
+        let mut local: BTreeMap<(Rank, String), Vec<u32>> = BTreeMap::new();
+        for job in 1..=2u64 {
+            for p in 0..procs {
+                let i = (job as usize - 1) * procs as usize + p as usize;
+                let rank = placement.get(i).copied().unwrap_or(0) % n;
+                let nspace = format!("dvm@{job}");
+                local.entry((rank, nspace.clone())).or_default().push(p);
+                clients.push(Client {
+                    rank,
+                    proc: Some(Proc { nspace, rank: p }),
+                    link: None,
+                    registered: false,
+                    exited: false,
+                });
+            }
+        }
+        for ((rank, nspace), ranks) in local {
+            hubs[rank as usize].handle(Input::LocalProcs { nspace, ranks });
+        }
+        for rank in 0..n {
+            clients.push(Client {
+                rank,
+                proc: None,
+                link: None,
+                registered: false,
+                exited: false,
+            });
+        }
+        EventSim {
+            tree,
+            hubs,
+            clients,
+            net: BTreeMap::new(),
+            next_link: 1,
+            made: Vec::new(),
+            heard: BTreeMap::new(),
+            violation: None,
+        }
+    }
+
+    fn violated(&mut self, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some(what);
+        }
+    }
+
+    pub fn step(&mut self, s: Step) {
+        let nc = self.clients.len();
+        match s {
+            Step::Connect(c) => {
+                let c = c % nc;
+                let cl = self.clients[c].clone();
+                if cl.link.is_some() || cl.exited {
+                    return;
+                }
+                let link = self.next_link;
+                self.next_link += 1;
+                self.clients[c].link = Some(link);
+                self.clients[c].registered = false;
+                let out = self.hubs[cl.rank as usize].handle(Input::Connected {
+                    link,
+                    proc: cl.proc,
+                });
+                self.outputs(cl.rank, out);
+            }
+            Step::Register(c) => {
+                let c = c % nc;
+                let Some(link) = self.clients[c].link else {
+                    return;
+                };
+                self.clients[c].registered = true;
+                let up = EventUp::Register {
+                    id: 1,
+                    codes: vec![],
+                    directives: Directives::default(),
+                };
+                self.from_client(c, link, up);
+            }
+            Step::Notify { c, range, target } => {
+                let c = c % nc;
+                let Some(link) = self.clients[c].link else {
+                    return;
+                };
+                let range = RANGES[range % RANGES.len()];
+                let procs: Vec<Proc> = self.clients.iter().filter_map(|k| k.proc.clone()).collect();
+                let targets = match range {
+                    Range::Custom => vec![procs[target % procs.len()].clone()],
+                    _ => vec![],
+                };
+                let id = self.made.len() as u64;
+                self.made.push(Made {
+                    from: c,
+                    range,
+                    targets: targets.clone(),
+                });
+                let up = EventUp::Notify {
+                    code: -3000,
+                    range,
+                    targets,
+                    info: vec![Info {
+                        key: "id".into(),
+                        value: id.into(),
+                    }],
+                };
+                self.from_client(c, link, up);
+            }
+            Step::Disconnect(c) => self.disconnect(c % nc),
+            Step::Exit(c) => {
+                let c = c % nc;
+                let Some(p) = self.clients[c].proc.clone() else {
+                    return;
+                };
+                if self.clients[c].exited {
+                    return;
+                }
+                self.disconnect(c);
+                self.clients[c].exited = true;
+                let rank = self.clients[c].rank;
+                let out = self.hubs[rank as usize].handle(Input::ProcGone {
+                    nspace: p.nspace,
+                    rank: p.rank,
+                });
+                self.outputs(rank, out);
+            }
+            Step::Deliver(l) => {
+                let busy: Vec<(Rank, Rank)> = self
+                    .net
+                    .iter()
+                    .filter(|(_, q)| !q.is_empty())
+                    .map(|(k, _)| *k)
+                    .collect();
+                if busy.is_empty() {
+                    return;
+                }
+                let (from, to) = busy[l % busy.len()];
+                let Some(t) = self.net.get_mut(&(from, to)).and_then(VecDeque::pop_front) else {
+                    return;
+                };
+                let input = if self.tree.parent(to) == Some(from) {
+                    Input::FromAbove(t)
+                } else {
+                    Input::FromBelow(t)
+                };
+                let out = self.hubs[to as usize].handle(input);
+                self.outputs(to, out);
+            }
+        }
+    }
+
+    fn disconnect(&mut self, c: usize) {
+        let Some(link) = self.clients[c].link.take() else {
+            return;
+        };
+        self.clients[c].registered = false;
+        let rank = self.clients[c].rank;
+        let out = self.hubs[rank as usize].handle(Input::Gone { link });
+        self.outputs(rank, out);
+    }
+
+    fn from_client(&mut self, c: usize, link: Link, up: EventUp) {
+        let rank = self.clients[c].rank;
+        let out = self.hubs[rank as usize].handle(Input::FromClient { link, up });
+        self.outputs(rank, out);
+    }
+
+    fn outputs(&mut self, at: Rank, out: Vec<Output>) {
+        for o in out {
+            match o {
+                Output::ToClient { link, down } => self.to_client(link, down),
+                Output::ToParent(t) => {
+                    if let Some(p) = self.tree.parent(at) {
+                        self.net.entry((at, p)).or_default().push_back(t);
+                    } else {
+                        self.violated(format!("rank {at} has no parent but sent up"));
+                    }
+                }
+                Output::ToChildren(t) => {
+                    for ch in self.tree.children(at) {
+                        self.net.entry((at, ch)).or_default().push_back(t.clone());
+                    }
+                }
+                Output::Log(_) => {}
+            }
+        }
+    }
+
+    /// Safety, as each delivery happens: the client is in the event's range, and never
+    /// hears it twice.
+    fn to_client(&mut self, link: Link, down: EventDown) {
+        let EventDown::Deliver { event } = down else {
+            return;
+        };
+        let Some(c) = self.clients.iter().position(|k| k.link == Some(link)) else {
+            return self.violated(format!("delivery to link {link}, which no client holds"));
+        };
+        let Some(id) = event
+            .info
+            .iter()
+            .find(|i| i.key == "id")
+            .and_then(|i| i.value.as_u64())
+        else {
+            return;
+        };
+        let m = self.made[id as usize].clone();
+        if !self.in_range(&m, c) {
+            return self.violated(format!(
+                "event {id} ({:?} from client {}) reached client {c} ({:?} on rank {}), outside its range",
+                m.range, m.from, self.clients[c].proc, self.clients[c].rank
+            ));
+        }
+        if !self.heard.entry(id).or_default().insert(c) {
+            self.violated(format!("client {c} heard event {id} twice"));
+        }
+    }
+
+    /// Whether client `c` is in the range of notification `m`.
+    fn in_range(&self, m: &Made, c: usize) -> bool {
+        let (from, to) = (&self.clients[m.from], &self.clients[c]);
+        match m.range {
+            Range::Local => from.rank == to.rank,
+            Range::Namespace => {
+                matches!((&from.proc, &to.proc), (Some(a), Some(b)) if a.nspace == b.nspace)
+            }
+            Range::Session | Range::Global | Range::Undef => true,
+            Range::Custom => to.proc.as_ref().is_some_and(|p| m.targets.contains(p)),
+            Range::Rm | Range::ProcLocal => false,
+        }
+    }
+
+    /// Delivers everything in flight.
+    pub fn drain(&mut self) {
+        while self.net.values().any(|q| !q.is_empty()) && self.violation.is_none() {
+            self.step(Step::Deliver(0));
+        }
+    }
+
+    /// Liveness, once drained: every job process that never exited and is connected and
+    /// registered now heard every job event addressed to it. Those events were kept on its
+    /// node for it, however late it came.
+    pub fn check_liveness(&mut self) {
+        for c in 0..self.clients.len() {
+            let k = &self.clients[c];
+            if k.proc.is_none() || k.exited || !k.registered {
+                continue;
+            }
+            for (id, m) in self.made.clone().into_iter().enumerate() {
+                let addressed =
+                    !matches!(m.range, Range::Rm | Range::ProcLocal) && self.in_range(&m, c);
+                let heard = self.heard.get(&(id as u64)).is_some_and(|h| h.contains(&c));
+                if addressed && !heard {
+                    return self.violated(format!(
+                        "client {c} ({:?} on rank {}) never heard event {id} ({:?} from client {})",
+                        self.clients[c].proc, self.clients[c].rank, m.range, m.from
+                    ));
+                }
+            }
+        }
+    }
+}
