@@ -160,7 +160,7 @@ impl EventSim {
                     codes: vec![],
                     directives: Directives::default(),
                 };
-                self.from_client(c, link, up);
+                self.client_says(c, link, up);
             }
             Step::Notify { c, range, target } => {
                 let c = c % nc;
@@ -188,7 +188,7 @@ impl EventSim {
                         value: id.into(),
                     }],
                 };
-                self.from_client(c, link, up);
+                self.client_says(c, link, up);
             }
             Step::Disconnect(c) => self.disconnect(c % nc),
             Step::Exit(c) => {
@@ -243,7 +243,7 @@ impl EventSim {
         self.outputs(rank, out);
     }
 
-    fn from_client(&mut self, c: usize, link: Link, up: EventUp) {
+    fn client_says(&mut self, c: usize, link: Link, up: EventUp) {
         let rank = self.clients[c].rank;
         let out = self.hubs[rank as usize].handle(Input::FromClient { link, up });
         self.outputs(rank, out);
@@ -252,7 +252,7 @@ impl EventSim {
     fn outputs(&mut self, at: Rank, out: Vec<Output>) {
         for o in out {
             match o {
-                Output::ToClient { link, down } => self.to_client(link, down),
+                Output::ToClient { link, down } => self.delivered(link, down),
                 Output::ToParent(t) => {
                     if let Some(p) = self.tree.parent(at) {
                         self.net.entry((at, p)).or_default().push_back(t);
@@ -272,7 +272,7 @@ impl EventSim {
 
     /// Safety, as each delivery happens: the client is in the event's range, and never
     /// hears it twice.
-    fn to_client(&mut self, link: Link, down: EventDown) {
+    fn delivered(&mut self, link: Link, down: EventDown) {
         let EventDown::Deliver { event } = down else {
             return;
         };
