@@ -15,8 +15,11 @@ fn config() -> ProptestConfig {
             .unwrap_or(256),
         rng_seed: match std::env::var("DVMLAB_SIM_SEED").as_deref() {
             Ok("random") => RngSeed::Random,
-            Ok(s) => RngSeed::Fixed(s.parse().unwrap_or(0x0e7e_47)),
-            Err(_) => RngSeed::Fixed(0x0e7e_47),
+            Ok(s) => RngSeed::Fixed(
+                s.parse()
+                    .unwrap_or_else(|_| panic!("DVMLAB_SIM_SEED={s}: a number, or random")),
+            ),
+            Err(_) => RngSeed::Fixed(0x000e_7e47),
         },
         ..ProptestConfig::default()
     }
