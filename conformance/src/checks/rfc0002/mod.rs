@@ -22,11 +22,11 @@ pub(crate) fn tests() -> Vec<TestDef> {
         every_range_reaches_exactly_whom_it_names
             => ["local", "session", "global", "rm", "custom", "proc_local"],
         a_job_event_waits_on_its_node_for_processes_that_register_later,
-        a_namespace_event_reaches_its_job_and_nobody_else,
+        a_namespace_event_reaches_its_job_and_nobody_else => ["others", "source"],
         a_handler_that_deregistered_itself_is_not_called_again,
         a_default_handler_is_called_for_a_code_it_never_named,
         a_lost_node_is_an_environment_event_and_its_own_clients_hear_their_daemon_is_gone
-            => ["environment", "job_only", "lost_server", "never_transmitted", "ring", "eviction"],
+            => ["environment", "job_only", "lost_server", "never_transmitted", "ring", "eviction", "rm_source"],
     ]
 }
 
@@ -427,11 +427,29 @@ pub fn a_namespace_event_reaches_its_job_and_nobody_else(ctx: &Ctx) -> Verdict {
             seen.clone(),
         )
     })?;
-    check(
-        code_calls(&t, None, code).is_empty() && code_calls(&o, Some(0), code).is_empty(),
-        "NAMESPACE reaches no tool and no process of another job",
-        seen,
-    )
+    ctx.aspect(
+        "others",
+        check(
+            code_calls(&t, None, code).is_empty() && code_calls(&o, Some(0), code).is_empty(),
+            "NAMESPACE reaches no tool and no process of another job",
+            seen.clone(),
+        ),
+    );
+    let notifier = me(&ready, 0)?;
+    let sources: Vec<Value> = j
+        .iter()
+        .filter(|l| l.proc == Some(1) && l.is_call() && l.json["code"] == code)
+        .map(|l| l.json["source"].clone())
+        .collect();
+    ctx.aspect(
+        "source",
+        check(
+            !sources.is_empty() && sources.iter().all(|s| *s == notifier),
+            format!("the handlers are told the process that notified: {notifier}"),
+            format!("process 1's handlers were told {sources:?}\n{seen}"),
+        ),
+    );
+    Ok(())
 }
 
 /// One listener: `once` deregisters itself when called, `always` stays. Two events of the
@@ -548,6 +566,18 @@ pub fn a_lost_node_is_an_environment_event_and_its_own_clients_hear_their_daemon
             first.is_ok() && second.is_ok() && env_downs.len() == 2,
             "a registration for environment events hears each lost node's NODE_DOWN, once",
             seen.clone(),
+        ),
+    );
+    let rm_sources: Vec<Value> = code_calls(&e, None, NODE_DOWN)
+        .iter()
+        .map(|l| l.json["source"].clone())
+        .collect();
+    ctx.aspect(
+        "rm_source",
+        check(
+            !rm_sources.is_empty() && rm_sources.iter().all(Value::is_null),
+            "an event the runtime raised itself (NODE_DOWN) has no source",
+            format!("sources {rm_sources:?}\n{seen}"),
         ),
     );
     ctx.aspect(
