@@ -495,12 +495,25 @@ print(got.count(b'"op":"registered"'), got.count(b'"op":"refused"'), got.count(b
     }
     let mut argv = vec!["--host", "n01", "python3"];
     argv.extend(args.iter().map(String::as_str));
-    let (code, out, err) = prun(&dvm, &argv);
-    assert_eq!(code, Some(0), "{out}{err}\n{}", dvm.cluster.logs_tail(20));
-    assert_eq!(
-        out.trim(),
-        "1024 76 1 closed",
-        "registered, refused past the limit, the oversized event refused, then dropped for garbage"
+    // Twenty times over: what each abuser made the daemon hold goes with it.
+    let rss_first = rss_kib(&dvm, "n01");
+    let mut rss_after_first = 0;
+    for round in 0..20 {
+        let (code, out, err) = prun(&dvm, &argv);
+        assert_eq!(code, Some(0), "{out}{err}\n{}", dvm.cluster.logs_tail(20));
+        assert_eq!(
+            out.trim(),
+            "1024 76 1 closed",
+            "registered, refused past the limit, the oversized event refused, then dropped for garbage"
+        );
+        if round == 0 {
+            rss_after_first = rss_kib(&dvm, "n01");
+        }
+    }
+    let rss_last = rss_kib(&dvm, "n01");
+    assert!(
+        rss_last < rss_after_first + 1024,
+        "n01's daemon grew from {rss_first} KiB to {rss_after_first} KiB after one abuser and {rss_last} KiB after twenty"
     );
     // The daemon serves the next listener as before.
     let after = dvm.cluster.run_dir().join("after.out");

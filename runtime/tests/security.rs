@@ -321,17 +321,6 @@ fn the_owners_tools_work_from_every_node_through_its_daemon_and_another_users_ar
     }
 }
 
-/// The resident set of `host`'s daemon, in KiB.
-fn rss_kib(dvm: &Dvm, host: &str) -> u64 {
-    let pid = dvm.cluster.pid(host).expect("daemon running");
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in {status}"))
-}
-
 #[test]
 fn garbage_oversized_truncated_and_a_thousand_idle_connections_leave_a_daemon_serving_in_bounded_memory(
 ) {

@@ -265,3 +265,14 @@ pub fn unix_ms() -> u64 {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }
+
+/// The resident set of `host`'s daemon, in KiB.
+pub fn rss_kib(dvm: &Dvm, host: &str) -> u64 {
+    let pid = dvm.cluster.pid(host).expect("daemon running");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+}
