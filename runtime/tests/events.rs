@@ -212,6 +212,55 @@ fn a_process_killed_by_a_signal_is_announced_to_the_other_processes_of_its_job()
 }
 
 #[test]
+fn a_signal_that_does_not_end_a_job_leaves_its_processes_deaths_announced() {
+    let Some((mut dvm, hosts)) = Dvm::formed("events-usr1", Needs::AnyBackend, 1, 2) else {
+        return;
+    };
+    // USR1 to the job: process 0 then dies by SIGKILL (its own doing, not the runtime's);
+    // process 1 ignores USR1 and must still hear of the abort.
+    let script = format!(
+        "if [ $DVMLAB_PROC = 0 ]; then trap 'kill -9 $$' USR1; while :; do sleep 0.05; done; \
+         else trap '' USR1; exec {PEVENT} listen --handler name=h,codes=PMIX_ERR_PROC_ABORTED --count 1 --timeout 20; fi"
+    );
+    let out = dvm.cluster.run_dir().join("usr1.out");
+    let mut job = spawn_prun(
+        &dvm,
+        &[
+            "-n",
+            "2",
+            "--host",
+            "n01",
+            "--tag-output",
+            "sh",
+            "-c",
+            &script,
+        ],
+        &out,
+    );
+    wait_for(&out, "\"ready\":true");
+    let id = jobs(&dvm)
+        .into_iter()
+        .find(|j| j.state == "RUNNING")
+        .map(|j| j.id)
+        .expect("the job runs");
+    let (ok, _, err) = dvm.pctl(&["kill", &id.to_string(), "USR1"]);
+    assert!(ok, "{err}");
+    wait_exit(&mut job, "the job");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let heard = json_lines(
+        &text
+            .lines()
+            .filter(|l| l.starts_with("[1] "))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+    .into_iter()
+    .any(|l| l.get("handler").is_some() && l["code"] == -7);
+    assert!(heard, "process 1 heard no PROC_ABORTED:\n{text}");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
 fn a_lost_daemon_is_an_environment_event_for_those_that_asked() {
     let Some((dvm, _)) = Dvm::formed("events-nodedown", Needs::AnyBackend, 3, 2) else {
         return;
@@ -419,6 +468,37 @@ fn a_process_that_says_it_is_a_job_process_it_is_not_is_refused() {
     assert!(
         err.contains(":0 but belongs to ") && err.contains(":1"),
         "{err}"
+    );
+    // A job process that joins another's process group first (setpgid, allowed within the
+    // daemon's session) still is not that process.
+    let pidfile = dvm.cluster.run_dir().join("rank1.pid");
+    let script = format!(
+        r#"
+import os, sys, time
+pidfile = {pidfile:?}
+if os.environ["DVMLAB_PROC"] == "1":
+    open(pidfile + ".tmp", "w").write(str(os.getpid()))
+    os.rename(pidfile + ".tmp", pidfile)
+    time.sleep(30)
+else:
+    while not os.path.exists(pidfile):
+        time.sleep(0.01)
+    other = int(open(pidfile).read())
+    os.setpgid(0, other)
+    os.environ["DVMLAB_PROC"] = "1"
+    r = os.spawnv(os.P_WAIT, {PEVENT:?}, ["pevent", "listen", "--handler", "name=x", "--timeout", "5"])
+    os.kill(other, 9)
+    sys.exit(r)
+"#,
+        pidfile = pidfile.to_string_lossy(),
+    );
+    let (code, out, err) = prun(
+        &dvm,
+        &["-n", "2", "--host", "n01", "python3", "-c", &script],
+    );
+    assert!(
+        err.contains("but is not that process or one it started"),
+        "exit {code:?}: {out}{err}"
     );
     dvm.stop_cleanly(&hosts);
 }

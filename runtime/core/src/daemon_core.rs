@@ -82,9 +82,9 @@ pub struct DaemonCore {
     /// The link job-exec's upward messages go on.
     up: Option<LinkId>,
     formed_at_unix_ms: Option<u64>,
-    /// Local jobs this daemon was told to signal: their processes' deaths are the runtime's
-    /// doing, not failures to announce (a killed job of N processes would otherwise send N
-    /// events to N processes each).
+    /// Local jobs this daemon was told to end (KILL or TERM): their processes' deaths are the
+    /// runtime's doing, not failures to announce (a killed job of N processes would otherwise
+    /// send N events to N processes each).
     signalled: BTreeSet<JobId>,
     out: Vec<Output>,
 }
@@ -295,7 +295,10 @@ impl DaemonCore {
                             ranks: spec.placement.procs_on(self.rank()),
                         }))
                     }
-                    ShellCommand::Kill { id, .. } => {
+                    // A job ended (KILL: a fatal exception, a stray, `pctl kill … KILL`) or
+                    // asked to end (TERM); any other signal leaves its processes' deaths
+                    // news for the rest of the job.
+                    ShellCommand::Kill { id, signal: 9 | 15 } => {
                         self.signalled.insert(*id);
                     }
                     ShellCommand::Epilog { id } => {

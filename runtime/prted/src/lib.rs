@@ -889,18 +889,25 @@ where
 }
 
 /// Why a local peer saying it is process `rank` of job `nspace` is not believed: its
-/// process group is no live job process of this node, or another one.
+/// process group is no live job process of this node, or another one's, or it joined that
+/// group without descending from the process (any process of the daemon's session may
+/// move into any group of it).
 fn not_that_process(ctx: &Ctx, pid: Option<i32>, nspace: &str, rank: u32) -> Option<String> {
-    let Some(pid) = pid else {
+    let Some(pid) = pid.filter(|p| *p > 0) else {
         return Some("a job process whose process id cannot be learned".into());
     };
     let group = match nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))) {
         Ok(g) => g.as_raw(),
         Err(e) => return Some(format!("pid {pid}: no process group ({e})")),
     };
-    let is = ctx.procs.lock().ok()?.get(&group).cloned();
+    let is = match ctx.procs.lock() {
+        Ok(table) => table.get(&group).cloned(),
+        Err(_) => return Some("the table of this node's job processes is unavailable".into()),
+    };
     match is {
-        Some((ns, r)) if ns == nspace && r == rank => None,
+        Some((ns, r)) if ns == nspace && r == rank => (!descends_from(pid, group)).then(|| {
+            format!("pid {pid} is in {ns}:{r}'s process group but is not that process or one it started")
+        }),
         Some((ns, r)) => Some(format!(
             "pid {pid} says it is {nspace}:{rank} but belongs to {ns}:{r}"
         )),
@@ -908,6 +915,33 @@ fn not_that_process(ctx: &Ctx, pid: Option<i32>, nspace: &str, rank: u32) -> Opt
             "pid {pid} says it is {nspace}:{rank} but is no job process of this node (its process group {group} is none of theirs)"
         )),
     }
+}
+
+/// Whether `pid` is `ancestor` or descends from it, by the parents `/proc` shows (at most
+/// 64 generations up).
+fn descends_from(mut pid: i32, ancestor: i32) -> bool {
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // The parent is the second field after the command, which is in parentheses and may
+        // hold spaces and parentheses itself.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok());
+        match parent {
+            Some(p) => pid = p,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// One frame's bytes on the wire: sealed with `sealer`, or in the clear without one.

@@ -159,6 +159,9 @@ impl Events {
         targets: Vec<Proc>,
         info: Vec<Info>,
     ) -> Result<(), String> {
+        if range != Range::ProcLocal && self.framed.is_none() {
+            return Err(format!("{} closed the connection: not sent", self.peer));
+        }
         let out = self.core.notify(code, range, targets, info);
         let sent = out.iter().any(|o| matches!(o, Output::Send(_)));
         self.carry_out(out).await?;

@@ -139,8 +139,8 @@ pub struct HandlerSpec {
 
 /// A notification a listener sends once its handlers are registered (a chain file entry
 /// `{"notify": {...}}`): by the job process of rank `rank` only (any, and tools, without
-/// one), `after_ms` after its ready line, or, with `on`, each time an event of that code
-/// went through its chain.
+/// one), `after_ms` after the ready line or the notification before it, or, with `on`, each
+/// time an event of that code went through its chain.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NotifySpec {
@@ -165,6 +165,11 @@ pub fn parse_chain(text: &str) -> Result<(Vec<HandlerSpec>, Vec<NotifySpec>), St
     let (mut handlers, mut notes) = (Vec::new(), Vec::new());
     for (i, e) in entries.into_iter().enumerate() {
         match e.get("notify") {
+            Some(_) if e.as_object().is_some_and(|o| o.len() > 1) => {
+                return Err(format!(
+                    "entry {i}: a notification is {{\"notify\": {{...}}}} and nothing beside it"
+                ))
+            }
             Some(n) => {
                 let n: NotifySpec = serde_json::from_value(n.clone())
                     .map_err(|err| format!("entry {i} (a notify): {err}"))?;
