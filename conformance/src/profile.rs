@@ -419,6 +419,12 @@ impl Profile {
                 fill(server, &vars);
             }
         }
+        if has_dvm && raw.events.as_ref().is_some_and(|e| e.server.is_some()) {
+            return Err(err(
+                "events.server",
+                "is for a profile without a DVM (its daemons serve its events)",
+            ));
+        }
         if !has_dvm && raw.events.as_ref().is_some_and(|e| e.server.is_none()) {
             return Err(err(
                 "events.server",
@@ -570,6 +576,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("all three sections"), "{e}");
+        let e = Profile::parse(
+            Path::new("/tmp/p.toml"),
+            &format!("{MIN}{events}server=['s']\n"),
+        )
+        .unwrap_err();
+        assert!(e.contains("without a DVM"), "{e}");
     }
 
     #[test]

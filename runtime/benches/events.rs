@@ -301,6 +301,16 @@ fn same_node_dvmlab(backend: BackendKind, events: usize) -> Same {
     same(d)
 }
 
+/// A process killed when dropped, whatever way the bench leaves.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The same measure on real OpenPMIx: its adapter's server, a tool listening, a tool
 /// notifying. `None` without the adapter.
 fn same_node_openpmix(events: usize) -> Option<Same> {
@@ -311,26 +321,30 @@ fn same_node_openpmix(events: usize) -> Option<Same> {
     let a = adapter.to_string_lossy().into_owned();
     let server_out =
         std::env::temp_dir().join(format!("dvmlab-evbench-{}.srv", std::process::id()));
-    let mut server = std::process::Command::new(&adapter)
-        .args(["server", "--dir", &d])
-        .stdout(std::fs::File::create(&server_out).ok()?)
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let _server = Reaped(
+        std::process::Command::new(&adapter)
+            .args(["server", "--dir", &d])
+            .stdout(std::fs::File::create(&server_out).ok()?)
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?,
+    );
     wait_file(&server_out, "the OpenPMIx server ready", |l| {
         l.iter().any(|(_, v)| v["ready"] == true)
     });
     let chain = dir.join("chain.json");
     let _ = std::fs::write(&chain, json!([{"name": "h", "codes": [CODE]}]).to_string());
     let out = dir.join("listener.out");
-    let mut listener = std::process::Command::new(&adapter)
-        .args(["listen", "--dir", &d, "--chain"])
-        .arg(&chain)
-        .args(["--timeout", "600"])
-        .stdout(std::fs::File::create(&out).ok()?)
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
+    let _listener = Reaped(
+        std::process::Command::new(&adapter)
+            .args(["listen", "--dir", &d, "--chain"])
+            .arg(&chain)
+            .args(["--timeout", "600"])
+            .stdout(std::fs::File::create(&out).ok()?)
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?,
+    );
     wait_file(&out, "the OpenPMIx listener ready", |l| {
         l.iter().any(|(_, v)| v["ready"] == true)
     });
@@ -357,10 +371,6 @@ fn same_node_openpmix(events: usize) -> Option<Same> {
         let at = calls_of(&lines(&out), None, CODE)[i];
         delays.push(at.saturating_sub(sent) as f64 / 1000.0);
     }
-    let _ = listener.kill();
-    let _ = listener.wait();
-    let _ = server.kill();
-    let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&server_out);
     Some(same(delays))

@@ -117,6 +117,18 @@ static void op_done(pmix_status_t status, void *cbdata)
     pthread_mutex_unlock(&w->m);
 }
 
+/* A waiter the library may complete after its caller stopped waiting (a timeout, or a
+ * tool's notification, which 4.2 completes twice): it lives on the heap, so a late
+ * completion finds it, and is freed only when nothing more can come. */
+static waiter_t *waiter_new(void)
+{
+    waiter_t *w = calloc(1, sizeof *w);
+    if (!w)
+        die(1, "out of memory");
+    waiter_init(w);
+    return w;
+}
+
 /* The operation's status, or PMIX_ERR_TIMEOUT after `secs`. */
 static pmix_status_t waiter_wait(waiter_t *w, int secs)
 {
@@ -237,9 +249,10 @@ static void parse_proc(const char *s, pmix_proc_t *p)
     char ns[PMIX_MAX_NSLEN + 1];
     snprintf(ns, sizeof ns, "%.*s", (int) (colon - s), s);
     char *end;
+    errno = 0;
     unsigned long r = strtoul(colon + 1, &end, 10);
-    if (*end)
-        die(2, "target %s: the rank is not a number", s);
+    if (!colon[1] || *end || errno || colon[1] == '-' || r > INT32_MAX)
+        die(2, "target %s: the rank is not a process rank", s);
     PMIX_LOAD_PROCID(p, ns, (pmix_rank_t) r);
 }
 
@@ -367,8 +380,13 @@ static void register_job(int fd, int n, uid_t uid, gid_t gid)
     for (int r = 0; r < n; r++)
         snprintf(peers + strlen(peers), sizeof peers - strlen(peers), "%s%d", r ? "," : "", r);
     char *node_map = NULL, *proc_map = NULL;
-    PMIx_generate_regex(host, &node_map);
-    PMIx_generate_ppn(peers, &proc_map);
+    if (PMIx_generate_regex(host, &node_map) != PMIX_SUCCESS ||
+        PMIx_generate_ppn(peers, &proc_map) != PMIX_SUCCESS || !node_map || !proc_map) {
+        write_all(fd, "ERR the library cannot describe node %s's processes\n", host);
+        free(node_map);
+        free(proc_map);
+        return;
+    }
     uint32_t size = n, appnum = 0;
     pmix_info_t info[7];
     PMIX_INFO_LOAD(&info[0], PMIX_UNIV_SIZE, &size, PMIX_UINT32);
@@ -378,9 +396,11 @@ static void register_job(int fd, int n, uid_t uid, gid_t gid)
     PMIX_INFO_LOAD(&info[4], PMIX_NODE_MAP, node_map, PMIX_REGEX);
     PMIX_INFO_LOAD(&info[5], PMIX_PROC_MAP, proc_map, PMIX_REGEX);
     PMIX_INFO_LOAD(&info[6], PMIX_APPNUM, &appnum, PMIX_UINT32);
-    waiter_t w;
-    waiter_init(&w);
-    pmix_status_t rc = settle(PMIx_server_register_nspace(ns, n, info, 7, op_done, &w), &w, 10);
+    /* Completed once; kept (not freed) only if it timed out and may still complete. */
+    waiter_t *w = waiter_new();
+    pmix_status_t rc = settle(PMIx_server_register_nspace(ns, n, info, 7, op_done, w), w, 10);
+    if (rc != PMIX_ERR_TIMEOUT)
+        free(w);
     free(node_map);
     free(proc_map);
     if (rc != PMIX_SUCCESS) {
@@ -391,8 +411,10 @@ static void register_job(int fd, int n, uid_t uid, gid_t gid)
     for (int r = 0; r < n; r++) {
         pmix_proc_t p;
         PMIX_LOAD_PROCID(&p, ns, r);
-        waiter_init(&w);
-        rc = settle(PMIx_server_register_client(&p, uid, gid, NULL, op_done, &w), &w, 10);
+        w = waiter_new();
+        rc = settle(PMIx_server_register_client(&p, uid, gid, NULL, op_done, w), w, 10);
+        if (rc != PMIX_ERR_TIMEOUT)
+            free(w);
         char **env = calloc(1, sizeof(char *));
         if (rc == PMIX_SUCCESS)
             rc = PMIx_server_setup_fork(&p, &env);
@@ -477,6 +499,9 @@ static int server_main(const char *dir)
         int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0)
             continue;
+        /* A runner that connects and says nothing holds the server up for 5 s at most. */
+        struct timeval five = {5, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &five, sizeof five);
         struct ucred cred;
         socklen_t len = sizeof cred;
         char line[64] = "";
@@ -513,7 +538,10 @@ static int run_main(const char *dir, int n, char **cmd)
         if (strncmp(line, "RANK ", 5) == 0) {
             rank = atoi(line + 5);
         } else if (strncmp(line, "ENV ", 4) == 0 && rank >= 0 && rank < n) {
-            env[rank] = realloc(env[rank], sizeof(char *) * (nenv[rank] + 2));
+            char **grown = realloc(env[rank], sizeof(char *) * (nenv[rank] + 2));
+            if (!grown)
+                die(1, "out of memory");
+            env[rank] = grown;
             env[rank][nenv[rank]++] = strdup(line + 4);
             env[rank][nenv[rank]] = NULL;
         } else if (strcmp(line, "DONE") == 0) {
@@ -561,7 +589,15 @@ static int run_main(const char *dir, int n, char **cmd)
                 open--;
                 continue;
             }
-            pending[r] = realloc(pending[r], plen[r] + k);
+            /* A line longer than 1 MiB is passed on in pieces: the runner holds no more. */
+            if (plen[r] + k > (1 << 20)) {
+                printf("[%d] %.*s\n", r, (int) plen[r], pending[r]);
+                plen[r] = 0;
+            }
+            char *grown = realloc(pending[r], plen[r] + k);
+            if (!grown)
+                die(1, "out of memory");
+            pending[r] = grown;
             memcpy(pending[r] + plen[r], buf, k);
             plen[r] += k;
             char *nl;
@@ -629,8 +665,10 @@ typedef struct {
     long delay_ms, register_delay_ms;
     pmix_info_t results[MAX_ITEMS];
     size_t nresults;
-    size_t id;
-    int registered;
+    int mine; /* registered by this listener (its rank, if it names one) */
+    size_t id;          /* written by the main thread once registered... */
+    int registered;     /* ...then this is set (both read with atomics by handler calls) */
+    int dereg_pending;  /* called before its id was known: the main thread deregisters it */
 } handler_t;
 
 typedef struct {
@@ -661,12 +699,59 @@ static const struct {
     {"ACTION_COMPLETE", PMIX_EVENT_ACTION_COMPLETE},
 };
 
-static int json_rank(json_object *v, const char *what)
+/* The chain file's values, each of the type its key needs or a clear error naming the
+ * entry and key. */
+static int64_t want_int(json_object *v, int i, const char *key, int64_t min, int64_t max)
 {
-    if (!json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
-        die(2, "%s: rank must be a number", what);
-    return (int) json_object_get_int64(v);
+    if (!json_object_is_type(v, json_type_int))
+        die(2, "entry %d: %s must be a whole number", i, key);
+    errno = 0;
+    int64_t n = json_object_get_int64(v);
+    if (errno || n < min || n > max)
+        die(2, "entry %d: %s must be from %lld to %lld", i, key, (long long) min,
+            (long long) max);
+    return n;
 }
+
+static const char *want_str(json_object *v, int i, const char *key)
+{
+    if (!json_object_is_type(v, json_type_string))
+        die(2, "entry %d: %s must be a string", i, key);
+    return json_object_get_string(v);
+}
+
+static int want_bool(json_object *v, int i, const char *key)
+{
+    if (!json_object_is_type(v, json_type_boolean))
+        die(2, "entry %d: %s must be true or false", i, key);
+    return json_object_get_boolean(v);
+}
+
+static size_t want_array(json_object *v, int i, const char *key, size_t max)
+{
+    if (!json_object_is_type(v, json_type_array))
+        die(2, "entry %d: %s must be an array", i, key);
+    size_t n = json_object_array_length(v);
+    if (n > max)
+        die(2, "entry %d: %s has %zu elements (at most %zu)", i, key, n, max);
+    return n;
+}
+
+/* A {"key", "value"} object into `info`. */
+static void want_kv(json_object *r, int i, const char *key, pmix_info_t *info)
+{
+    json_object *rk, *rv;
+    if (!json_object_is_type(r, json_type_object) || !json_object_object_get_ex(r, "key", &rk) ||
+        !json_object_object_get_ex(r, "value", &rv))
+        die(2, "entry %d: each of %s is {\"key\", \"value\"}", i, key);
+    const char *k = want_str(rk, i, "a key");
+    if (strlen(k) > PMIX_MAX_KEYLEN)
+        die(2, "entry %d: key %s is longer than PMIx's %d", i, k, PMIX_MAX_KEYLEN);
+    load_json_info(info, k, rv);
+}
+
+/* Delays are bounded: a listener lives for --timeout at most anyway. */
+#define MAX_DELAY_MS 3600000
 
 static void parse_handler(json_object *h, int i)
 {
@@ -678,46 +763,46 @@ static void parse_handler(json_object *h, int i)
     json_object_object_foreach(h, key, v)
     {
         if (strcmp(key, "name") == 0) {
-            snprintf(d->name, sizeof d->name, "%s", json_object_get_string(v));
+            const char *n = want_str(v, i, key);
+            if (strlen(n) >= sizeof d->name)
+                die(2, "entry %d: name %s is longer than %zu bytes", i, n, sizeof d->name - 1);
+            snprintf(d->name, sizeof d->name, "%s", n);
             d->named = 1;
         } else if (strcmp(key, "codes") == 0) {
-            size_t n = json_object_array_length(v);
-            for (size_t k = 0; k < n && d->ncodes < MAX_ITEMS; k++)
-                d->codes[d->ncodes++] = json_object_get_int(json_object_array_get_idx(v, k));
+            size_t n = want_array(v, i, key, MAX_ITEMS);
+            for (size_t k = 0; k < n; k++)
+                d->codes[d->ncodes++] = (pmix_status_t) want_int(
+                    json_object_array_get_idx(v, k), i, "a code", INT32_MIN, INT32_MAX);
         } else if (strcmp(key, "status") == 0) {
-            const char *s = json_object_get_string(v);
-            const char *bare = strncmp(s, "PMIX_EVENT_", 11) == 0 ? s + 11 : s;
+            const char *st = want_str(v, i, key);
+            const char *bare = strncmp(st, "PMIX_EVENT_", 11) == 0 ? st + 11 : st;
             size_t k = 0;
             while (k < 4 && strcmp(bare, completions[k].name) != 0)
                 k++;
             if (k == 4)
-                die(2, "entry %d: status %s is not a handler status", i, s);
+                die(2, "entry %d: status %s is not a handler status", i, st);
             d->returns = completions[k].status;
             d->returns_name = completions[k].name;
         } else if (strcmp(key, "job_level") == 0 || strcmp(key, "enviro_level") == 0) {
+            want_bool(v, i, key);
             /* PMIx 4.2 has neither PMIX_EVENT_JOB_LEVEL nor PMIX_EVENT_ENVIRO_LEVEL: the
              * library decides a code's level itself. The directive is dropped. */
             fprintf(stderr, "pmix-adapter: entry %d: %s has no PMIx %s attribute; dropped\n",
                     i, key, PMIx_Get_version());
         } else if (strcmp(key, "prepend") == 0) {
-            d->prepend = json_object_get_boolean(v);
+            d->prepend = want_bool(v, i, key);
         } else if (strcmp(key, "results") == 0) {
-            size_t n = json_object_array_length(v);
-            for (size_t k = 0; k < n && d->nresults < MAX_ITEMS; k++) {
-                json_object *r = json_object_array_get_idx(v, k), *rk, *rv;
-                if (!json_object_object_get_ex(r, "key", &rk) ||
-                    !json_object_object_get_ex(r, "value", &rv))
-                    die(2, "entry %d: a result is {\"key\", \"value\"}", i);
-                load_json_info(&d->results[d->nresults++], json_object_get_string(rk), rv);
-            }
+            size_t n = want_array(v, i, key, MAX_ITEMS);
+            for (size_t k = 0; k < n; k++)
+                want_kv(json_object_array_get_idx(v, k), i, key, &d->results[d->nresults++]);
         } else if (strcmp(key, "delay_ms") == 0) {
-            d->delay_ms = json_object_get_int64(v);
+            d->delay_ms = want_int(v, i, key, 0, MAX_DELAY_MS);
         } else if (strcmp(key, "register_delay_ms") == 0) {
-            d->register_delay_ms = json_object_get_int64(v);
+            d->register_delay_ms = want_int(v, i, key, 0, MAX_DELAY_MS);
         } else if (strcmp(key, "deregister") == 0) {
-            d->deregister = json_object_get_boolean(v);
+            d->deregister = want_bool(v, i, key);
         } else if (strcmp(key, "rank") == 0) {
-            d->rank = json_rank(v, "a handler");
+            d->rank = (int) want_int(v, i, key, 0, INT32_MAX);
         } else {
             die(2, "entry %d: unknown handler key %s", i, key);
         }
@@ -728,46 +813,51 @@ static void parse_note(json_object *n, int i)
 {
     if (nnotes == MAX_NOTES)
         die(2, "at most %d notifications in a chain", MAX_NOTES);
+    if (!json_object_is_type(n, json_type_object))
+        die(2, "entry %d: notify must be an object", i);
     note_t *d = &notes[nnotes++];
     memset(d, 0, sizeof *d);
     d->rank = -1;
     d->range = PMIX_RANGE_SESSION;
+    int have_code = 0;
     json_object_object_foreach(n, key, v)
     {
         if (strcmp(key, "code") == 0) {
-            d->code = json_object_get_int(v);
+            d->code = (pmix_status_t) want_int(v, i, key, INT32_MIN, INT32_MAX);
+            have_code = 1;
         } else if (strcmp(key, "range") == 0) {
-            d->range = parse_range(json_object_get_string(v));
+            d->range = parse_range(want_str(v, i, key));
         } else if (strcmp(key, "targets") == 0) {
-            size_t k, len = json_object_array_length(v);
-            for (k = 0; k < len && d->ntargets < MAX_ITEMS; k++) {
+            size_t len = want_array(v, i, key, MAX_ITEMS);
+            for (size_t k = 0; k < len; k++) {
                 json_object *t = json_object_array_get_idx(v, k), *ns, *rk;
                 if (!json_object_object_get_ex(t, "nspace", &ns) ||
                     !json_object_object_get_ex(t, "rank", &rk))
                     die(2, "entry %d: a target is {\"nspace\", \"rank\"}", i);
-                PMIX_LOAD_PROCID(&d->targets[d->ntargets++], json_object_get_string(ns),
-                                 (pmix_rank_t) json_object_get_int64(rk));
+                const char *nspace = want_str(ns, i, "a target's nspace");
+                if (strlen(nspace) > PMIX_MAX_NSLEN)
+                    die(2, "entry %d: namespace %s is longer than PMIx's %d", i, nspace,
+                        PMIX_MAX_NSLEN);
+                PMIX_LOAD_PROCID(&d->targets[d->ntargets++], nspace,
+                                 (pmix_rank_t) want_int(rk, i, "a target's rank", 0, INT32_MAX));
             }
         } else if (strcmp(key, "info") == 0) {
-            size_t k, len = json_object_array_length(v);
-            for (k = 0; k < len && d->ninfo < MAX_ITEMS - 1; k++) {
-                json_object *r = json_object_array_get_idx(v, k), *rk, *rv;
-                if (!json_object_object_get_ex(r, "key", &rk) ||
-                    !json_object_object_get_ex(r, "value", &rv))
-                    die(2, "entry %d: info is {\"key\", \"value\"}", i);
-                load_json_info(&d->info[d->ninfo++], json_object_get_string(rk), rv);
-            }
+            size_t len = want_array(v, i, key, MAX_ITEMS - 1);
+            for (size_t k = 0; k < len; k++)
+                want_kv(json_object_array_get_idx(v, k), i, key, &d->info[d->ninfo++]);
         } else if (strcmp(key, "rank") == 0) {
-            d->rank = json_rank(v, "a notification");
+            d->rank = (int) want_int(v, i, key, 0, INT32_MAX);
         } else if (strcmp(key, "after_ms") == 0) {
-            d->after_ms = json_object_get_int64(v);
+            d->after_ms = want_int(v, i, key, 0, MAX_DELAY_MS);
         } else if (strcmp(key, "on") == 0) {
-            d->on = json_object_get_int(v);
+            d->on = (pmix_status_t) want_int(v, i, key, INT32_MIN, INT32_MAX);
             d->has_on = 1;
         } else {
             die(2, "entry %d: unknown notification key %s", i, key);
         }
     }
+    if (!have_code)
+        die(2, "entry %d: a notification needs a code", i);
 }
 
 static void load_chain(const char *path)
@@ -780,8 +870,12 @@ static void load_chain(const char *path)
         json_object *e = json_object_array_get_idx(chain, i), *note;
         if (!json_object_is_type(e, json_type_object))
             die(2, "--chain %s: entry %zu is not an object", path, i);
-        if (json_object_object_get_ex(e, "notify", &note))
+        if (json_object_object_get_ex(e, "notify", &note)) {
+            if (json_object_object_length(e) != 1)
+                die(2, "--chain %s: entry %zu: a notification has nothing beside \"notify\"",
+                    path, i);
             parse_note(note, (int) i);
+        }
         else if (nhandlers < MAX_HANDLERS)
             parse_handler(e, (int) i);
         else
@@ -842,10 +936,12 @@ static void on_event(size_t id, pmix_status_t code, const pmix_proc_t *source, p
     for (size_t k = 0; k < ninfo && !h; k++)
         if (PMIX_CHECK_KEY(&info[k], PMIX_EVENT_HDLR_NAME) && info[k].value.type == PMIX_STRING)
             for (int i = 0; i < nhandlers && !h; i++)
-                if (handlers[i].named && strcmp(handlers[i].name, info[k].value.data.string) == 0)
+                if (handlers[i].mine && handlers[i].named &&
+                    strcmp(handlers[i].name, info[k].value.data.string) == 0)
                     h = &handlers[i];
     for (int i = 0; i < nhandlers && !h; i++)
-        if (handlers[i].registered && handlers[i].id == id)
+        if (handlers[i].mine && __atomic_load_n(&handlers[i].registered, __ATOMIC_ACQUIRE) &&
+            handlers[i].id == id)
             h = &handlers[i];
     int64_t at = unix_us();
     json_object *line = json_object_new_object();
@@ -862,15 +958,24 @@ static void on_event(size_t id, pmix_status_t code, const pmix_proc_t *source, p
     json_object_object_add(line, "returns",
                            json_object_new_string(h ? h->returns_name : "NO_ACTION_TAKEN"));
     emit(line);
-    for (int i = 0; i < nnotes; i++)
-        if (notes[i].has_on && notes[i].on == code)
-            __atomic_add_fetch(&notes[i].due, 1, __ATOMIC_SEQ_CST);
+    /* Once per event: its first handler call (no earlier results) starts the chain. The
+     * library does not say when the chain ends, so the note may go before it does. */
+    if (nresults == 0)
+        for (int i = 0; i < nnotes; i++)
+            if (notes[i].has_on && notes[i].on == code)
+                __atomic_add_fetch(&notes[i].due, 1, __ATOMIC_SEQ_CST);
     if (!h) {
         done(PMIX_EVENT_NO_ACTION_TAKEN, NULL, 0, NULL, NULL, cbdata);
         return;
     }
-    if (h->deregister)
-        PMIx_Deregister_event_handler(h->id, deregistered, NULL);
+    if (h->deregister) {
+        /* A cached event replayed while the registration is being made comes before its
+         * id is known: the main thread deregisters it once it is. */
+        if (__atomic_load_n(&h->registered, __ATOMIC_ACQUIRE))
+            PMIx_Deregister_event_handler(h->id, deregistered, NULL);
+        else
+            __atomic_store_n(&h->dereg_pending, 1, __ATOMIC_RELEASE);
+    }
     if (h->delay_ms > 0) {
         later_t *l = malloc(sizeof *l);
         *l = (later_t){h, done, cbdata};
@@ -893,11 +998,11 @@ static void send_note(note_t *n)
     pmix_data_array_t targets = {.type = PMIX_PROC, .size = n->ntargets, .array = n->targets};
     if (n->ntargets)
         PMIX_INFO_LOAD(&info[ninfo++], PMIX_EVENT_CUSTOM_RANGE, &targets, PMIX_DATA_ARRAY);
-    waiter_t w;
-    waiter_init(&w);
+    /* Never freed: a tool's notification completes twice in 4.2 (one per note sent). */
+    waiter_t *w = waiter_new();
     int64_t sent = unix_us();
-    pmix_status_t rc = settle(PMIx_Notify_event(n->code, NULL, n->range, info, ninfo, op_done, &w),
-                              &w, 10);
+    pmix_status_t rc = settle(PMIx_Notify_event(n->code, NULL, n->range, info, ninfo, op_done, w),
+                              w, 10);
     json_object *line = json_object_new_object();
     json_object_object_add(line, "notified", json_object_new_int64(n->code));
     json_object_object_add(line, "sent_us", json_object_new_int64(sent));
@@ -923,8 +1028,11 @@ static int listen_main(const char *dir, const char *chain, double timeout)
         handler_t *h = &handlers[i];
         if (h->rank >= 0 && (is_tool || (pmix_rank_t) h->rank != me.rank))
             continue;
+        h->mine = 1;
         if (h->register_delay_ms > 0)
             sleep_ms(h->register_delay_ms);
+        if (now() >= deadline)
+            _exit(0);
         bool yes = true;
         pmix_info_t info[2];
         size_t ninfo = 0;
@@ -939,7 +1047,9 @@ static int listen_main(const char *dir, const char *chain, double timeout)
         if (rc < 0)
             die(3, "registering handler %s: %s", h->name, PMIx_Error_string(rc));
         h->id = (size_t) rc;
-        h->registered = 1;
+        __atomic_store_n(&h->registered, 1, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&h->dereg_pending, __ATOMIC_ACQUIRE))
+            PMIx_Deregister_event_handler(h->id, deregistered, NULL);
         json_object *r = json_object_new_object();
         json_object_object_add(r, "id", json_object_new_int64(rc));
         json_object_object_add(r, "name", h->named ? json_object_new_string(h->name) : NULL);
@@ -1006,9 +1116,11 @@ static int notify_main(const char *dir, int argc, char **argv)
             json_object_put(v);
         } else if (!have_code) {
             char *end;
-            n.code = (pmix_status_t) strtol(argv[i], &end, 10);
-            if (*end)
+            errno = 0;
+            long code = strtol(argv[i], &end, 10);
+            if (!argv[i][0] || *end || errno || code < INT32_MIN || code > INT32_MAX)
                 die(2, "%s: the code must be a number", argv[i]);
+            n.code = (pmix_status_t) code;
             have_code = 1;
         } else {
             die(2, "unexpected argument %s", argv[i]);
@@ -1057,7 +1169,12 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--dir") == 0) {
             dir = arg_value(argc, argv, &i);
         } else if (strcmp(role, "run") == 0 && strcmp(argv[i], "-n") == 0) {
-            n = atoi(arg_value(argc, argv, &i));
+            const char *v = arg_value(argc, argv, &i);
+            char *end;
+            long k = strtol(v, &end, 10);
+            if (!v[0] || *end || k < 1 || k > MAX_PROCS)
+                die(2, "-n %s: 1 to %d processes", v, MAX_PROCS);
+            n = (int) k;
         } else if (strcmp(role, "run") == 0 && strcmp(argv[i], "--") == 0) {
             rest = i + 1;
             rest_argv = &argv[i + 1];
@@ -1065,7 +1182,11 @@ int main(int argc, char **argv)
         } else if (strcmp(role, "listen") == 0 && strcmp(argv[i], "--chain") == 0) {
             chain = arg_value(argc, argv, &i);
         } else if (strcmp(role, "listen") == 0 && strcmp(argv[i], "--timeout") == 0) {
-            timeout = atof(arg_value(argc, argv, &i));
+            const char *v = arg_value(argc, argv, &i);
+            char *end;
+            timeout = strtod(v, &end);
+            if (!v[0] || *end || !(timeout > 0) || timeout > 86400)
+                die(2, "--timeout %s: a number of seconds above 0 (at most a day)", v);
         } else {
             others[other++] = argv[i];
         }
@@ -1078,15 +1199,11 @@ int main(int argc, char **argv)
     if (strcmp(role, "run") == 0) {
         if (!dir || !rest_argv || rest >= argc)
             die(2, "usage: pmix-adapter run --dir D -n N -- COMMAND...");
-        if (n < 1 || n > MAX_PROCS)
-            die(2, "-n %d: 1 to %d processes", n, MAX_PROCS);
         return run_main(dir, n, rest_argv);
     }
     if (strcmp(role, "listen") == 0) {
         if (other)
             die(2, "listen: unexpected argument %s", others[0]);
-        if (!(timeout > 0))
-            die(2, "--timeout must be a number of seconds above 0");
         return listen_main(dir, chain, timeout);
     }
     if (strcmp(role, "notify") == 0)

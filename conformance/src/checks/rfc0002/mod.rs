@@ -297,9 +297,16 @@ pub fn every_range_reaches_exactly_whom_it_names(ctx: &Ctx) -> Verdict {
     );
     for (i, (aspect, what, code, want)) in expect.into_iter().enumerate() {
         let got = heard(code);
+        // On one host "nobody elsewhere" has nobody to be: half of LOCAL cannot be shown.
+        let one_host = aspect == "local" && first == last;
         ctx.aspect(
             aspect,
             notified[i].clone().and_then(|()| {
+                if one_host && got == want {
+                    return Err(Problem::Unsupported(
+                        "LOCAL reached everyone on the notifier's node, but with one host there is nobody elsewhere to leave out".into(),
+                    ));
+                }
                 check(
                     got == want,
                     format!("{what}: {want:?}"),
@@ -389,8 +396,8 @@ pub fn a_job_event_waits_on_its_node_for_processes_that_register_later(ctx: &Ctx
 pub fn a_namespace_event_reaches_its_job_and_nobody_else(ctx: &Ctx) -> Verdict {
     let (dvm, nodes) = site(ctx, "namespace", 2, 1, &[])?;
     let last = &nodes[nodes.len() - 1];
-    let (trigger, code) = (-3501, -3502);
-    let all = json!([handler("all", &[trigger, code])]);
+    let (trigger, code, marker) = (-3501, -3502, -3503);
+    let all = json!([handler("all", &[trigger, code, marker])]);
     let tool = dvm.listen(last, "tool", &all, 30)?;
     let other = dvm.listen_in_job(std::slice::from_ref(last), 1, "other", &all, 30)?;
     tool.wait_ready(1, READY)?;
@@ -413,7 +420,15 @@ pub fn a_namespace_event_reaches_its_job_and_nobody_else(ctx: &Ctx) -> Verdict {
         Duration::from_secs(20),
         |ls| !code_calls(ls, Some(1), code).is_empty(),
     );
-    // The others had as long as the job's own process took.
+    // A marker sent after it on the others' node: once they have it, a NAMESPACE event that
+    // leaked to them would have come before (one client's events arrive in order).
+    dvm.notify(last, marker, "LOCAL", &[], &[])?;
+    tool.wait_lines("the marker", Duration::from_secs(20), |ls| {
+        !code_calls(ls, None, marker).is_empty()
+    })?;
+    other.wait_lines("the marker", Duration::from_secs(20), |ls| {
+        !code_calls(ls, Some(0), marker).is_empty()
+    })?;
     let (t, o, j) = (tool.stop(), other.stop(), job.stop());
     let seen = format!(
         "tool on {last}:\n{}\nanother job's process on {last}:\n{}\nthe job:\n{}",
@@ -456,10 +471,11 @@ pub fn a_namespace_event_reaches_its_job_and_nobody_else(ctx: &Ctx) -> Verdict {
 /// code, the second after `always` served the first: `once` is called for the first only.
 pub fn a_handler_that_deregistered_itself_is_not_called_again(ctx: &Ctx) -> Verdict {
     let (dvm, nodes) = site(ctx, "dereg", 1, 1, &[])?;
-    let code = -3601;
+    let (code, marker) = (-3601, -3602);
     let chain = json!([
         {"name": "once", "codes": [code], "deregister": true},
         handler("always", &[code]),
+        handler("marker", &[marker]),
     ]);
     let l = dvm.listen(&nodes[0], "dereg", &chain, 30)?;
     l.wait_ready(1, READY)?;
@@ -480,6 +496,12 @@ pub fn a_handler_that_deregistered_itself_is_not_called_again(ctx: &Ctx) -> Verd
         Duration::from_secs(20),
         always(2),
     )?;
+    // A marker after it: once it is served, the second event's whole chain has run,
+    // whatever order the handlers were called in.
+    dvm.notify(&nodes[0], marker, "LOCAL", &[], &[])?;
+    l.wait_lines("the marker", Duration::from_secs(20), |ls| {
+        !code_calls(ls, None, marker).is_empty()
+    })?;
     let lines = l.stop();
     let once = code_calls(&lines, None, code)
         .iter()
