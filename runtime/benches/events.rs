@@ -154,24 +154,77 @@ fn wait_file(path: &Path, what: &str, ok: impl Fn(&[(Option<u32>, Value)]) -> bo
     }
 }
 
-/// As [`wait_file`], over the lines `read` gathers from `dir`.
-fn wait_all(
-    dir: &Path,
-    read: &dyn Fn(&Path) -> Lines,
-    what: &str,
-    ok: impl Fn(&[(Option<u32>, Value)]) -> bool,
-) {
-    // Timing is by the lines' timestamps: reading every file often would only steal the
-    // CPU the processes measured need.
-    if let Err(e) = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
-        if ok(&read(dir)) {
-            Ok(())
-        } else {
-            Err(format!("{}", dir.display()))
+/// The lines every job process writes to its own file (`out.RANK`), read as they come:
+/// each file from where the last read stopped, so watching 128 of them costs the machine
+/// little while it is measured. What the NAMESPACE measure needs of them: who is ready,
+/// when each process's handler was called for the event, when process 0 sent it.
+struct Tails {
+    files: Vec<(PathBuf, u64, String)>,
+    ready: usize,
+    calls: Vec<Vec<u64>>,
+    sent: Vec<u64>,
+}
+
+impl Tails {
+    fn new(dir: &Path, n: usize) -> Tails {
+        Tails {
+            files: (0..n)
+                .map(|r| (dir.join(format!("out.{r}")), 0, String::new()))
+                .collect(),
+            ready: 0,
+            calls: vec![Vec::new(); n],
+            sent: Vec::new(),
         }
-    }) {
-        eprintln!("waiting for {what}: {e}");
-        std::process::exit(1);
+    }
+
+    fn poll(&mut self) {
+        use std::io::{Seek, SeekFrom};
+        for (rank, (path, offset, partial)) in self.files.iter_mut().enumerate() {
+            let Ok(mut f) = std::fs::File::open(&*path) else {
+                continue;
+            };
+            if f.seek(SeekFrom::Start(*offset)).is_err() {
+                continue;
+            }
+            let mut more = String::new();
+            let Ok(read) = f.read_to_string(&mut more) else {
+                continue;
+            };
+            *offset += read as u64;
+            partial.push_str(&more);
+            while let Some(end) = partial.find('\n') {
+                let line: String = partial.drain(..=end).collect();
+                let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                    continue;
+                };
+                if v["ready"] == true {
+                    self.ready += 1;
+                } else if v["code"] == CODE && v.get("handler").is_some() {
+                    if let Some(at) = v["at_us"].as_u64() {
+                        self.calls[rank].push(at);
+                    }
+                } else if rank == 0 && v["notified"] == CODE {
+                    if let Some(sent) = v["sent_us"].as_u64() {
+                        self.sent.push(sent);
+                    }
+                }
+            }
+        }
+    }
+
+    fn wait(&mut self, what: &str, ok: impl Fn(&Tails) -> bool) {
+        let r = wait_until(Duration::from_secs(60), Duration::from_millis(20), || {
+            self.poll();
+            if ok(self) {
+                Ok(())
+            } else {
+                Err(format!("{} ready", self.ready))
+            }
+        });
+        if let Err(e) = r {
+            eprintln!("waiting for {what}: {e}");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -444,23 +497,8 @@ fn namespace(backend: BackendKind, n: usize, reps: usize) -> Wide {
         script,
     ];
     let mut job = spawn(&cluster, "ctl", &argv, &dir.join("prun.out"));
-    let all = |dir: &Path| -> Lines {
-        (0..n as u32)
-            .flat_map(|r| {
-                lines(&dir.join(format!("out.{r}")))
-                    .into_iter()
-                    .map(move |(_, v)| (Some(r), v))
-            })
-            .collect()
-    };
-    wait_all(&dir, &all, "every listener ready", |l| {
-        l.iter().filter(|(_, v)| v["ready"] == true).count() >= n
-    });
-    let _nspace = all(&dir)
-        .iter()
-        .find(|(r, v)| *r == Some(0) && v["ready"] == true)
-        .and_then(|(_, v)| v["me"]["nspace"].as_str().map(str::to_string))
-        .unwrap_or_default();
+    let mut tails = Tails::new(&dir, n);
+    tails.wait("every listener ready", |t| t.ready >= n);
     let mut delays = Vec::new();
     let mut firsts = Vec::new();
     let (daemons0, listeners0) = (cpu_ns("prted"), cpu_ns("pevent"));
@@ -472,19 +510,11 @@ fn namespace(backend: BackendKind, n: usize, reps: usize) -> Wide {
             eprintln!("{e}");
             std::process::exit(1);
         }
-        wait_all(&dir, &all, "every process's handler", |l| {
-            (0..n as u32).all(|r| calls_of(l, Some(r), CODE).len() > i)
+        tails.wait("every process's handler", |t| {
+            t.sent.len() > i && t.calls.iter().all(|c| c.len() > i)
         });
-        let l = all(&dir);
-        let sent = l
-            .iter()
-            .filter(|(r, v)| *r == Some(0) && v["notified"] == CODE)
-            .filter_map(|(_, v)| v["sent_us"].as_u64())
-            .nth(i)
-            .unwrap_or(0);
-        let at: Vec<u64> = (0..n as u32)
-            .filter_map(|r| calls_of(&l, Some(r), CODE).get(i).copied())
-            .collect();
+        let at: Vec<u64> = tails.calls.iter().map(|c| c[i]).collect();
+        let sent = tails.sent[i];
         let last = at.iter().max().copied().unwrap_or(0);
         let first = at.iter().min().copied().unwrap_or(0);
         delays.push(last.saturating_sub(sent) as f64 / 1000.0);
