@@ -103,7 +103,7 @@ impl DaemonCore {
         let controller = recovered.is_some();
         let nspace = cfg.identity.nspace.clone();
         let mut core = DaemonCore {
-            events: EventHub::new(controller, event_ring),
+            events: EventHub::new(me, event_ring),
             nspace,
             node: Node::new(cfg),
             exec: JobExec::new(me, controller, tree),

@@ -188,6 +188,9 @@ pub struct Info {
     pub value: Value,
 }
 
+/// PMIx's wildcard rank (`PMIX_RANK_WILDCARD`): every process of a namespace.
+pub const RANK_WILDCARD: u32 = u32::MAX - 1;
+
 /// A process as PMIx names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Proc {

@@ -82,7 +82,7 @@ impl EventSim {
     /// `placement` (rank of each process, in order), and a tool on every node.
     pub fn new(n: u32, radix: u32, procs: u32, placement: &[u32]) -> EventSim {
         let tree = RadixTree::new(radix, n);
-        let mut hubs: Vec<EventHub> = (0..n).map(|r| EventHub::new(r == 0, 16)).collect();
+        let mut hubs: Vec<EventHub> = (0..n).map(|r| EventHub::new(r, 16)).collect();
         let mut clients = Vec::new();
         let mut local: BTreeMap<(Rank, String), Vec<u32>> = BTreeMap::new();
         for job in 1..=2u64 {

@@ -84,7 +84,8 @@ enum What {
         /// the number).
         #[arg(long, default_value = "SESSION")]
         range: String,
-        /// A target of a CUSTOM range, NSPACE:RANK; may be repeated.
+        /// A target of a CUSTOM range, NSPACE:RANK (NSPACE:* for every process of the job);
+        /// may be repeated.
         #[arg(long, value_name = "NSPACE:RANK")]
         target: Vec<String>,
         /// Info to carry, KEY=VALUE (the value as JSON if it parses, else a string); may be
@@ -291,9 +292,12 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
                     let (ns, r) = t
                         .rsplit_once(':')
                         .ok_or((2, format!("--target {t}: expected NSPACE:RANK")))?;
-                    let rank = r
-                        .parse()
-                        .map_err(|_| (2, format!("--target {t}: {r:?} is not a rank")))?;
+                    let rank = match r {
+                        "*" => dvmlab_proto::event::RANK_WILDCARD,
+                        _ => r
+                            .parse()
+                            .map_err(|_| (2, format!("--target {t}: {r:?} is not a rank or *")))?,
+                    };
                     Ok(Proc {
                         nspace: ns.to_string(),
                         rank,

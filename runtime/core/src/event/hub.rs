@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dvmlab_proto::event::{Audience, Event, EventDown, EventUp, Level, Proc, Travelling};
+use dvmlab_proto::event::{
+    Audience, Event, EventDown, EventUp, Level, Proc, Travelling, RANK_WILDCARD,
+};
 
 use super::range::{audience, reach, Reach};
 use super::registry::RegId;
@@ -71,6 +73,9 @@ pub enum Output {
 #[derive(Debug)]
 pub struct EventHub {
     controller: bool,
+    /// This daemon's rank: a tool's PMIx name is `tool@RANK.LINK` (tools have no job, but
+    /// what they notify has a source, unlike the runtime's own events).
+    rank: u32,
     server: LocalServer,
     procs: BTreeMap<Link, Proc>,
     local: BTreeMap<String, BTreeSet<u32>>,
@@ -79,9 +84,12 @@ pub struct EventHub {
 }
 
 impl EventHub {
-    pub fn new(controller: bool, ring: usize) -> EventHub {
+    /// The hub of the daemon of `rank` (0: the controller), keeping the last `ring`
+    /// environment events.
+    pub fn new(rank: u32, ring: usize) -> EventHub {
         EventHub {
-            controller,
+            controller: rank == 0,
+            rank,
             server: LocalServer::new(ring),
             procs: BTreeMap::new(),
             local: BTreeMap::new(),
@@ -186,11 +194,11 @@ impl EventHub {
                 targets,
                 info,
             } => {
-                let source = self.procs.get(&link).cloned();
-                let from = source.clone().unwrap_or(Proc {
-                    nspace: String::new(),
-                    rank: u32::MAX,
+                let from = self.procs.get(&link).cloned().unwrap_or_else(|| Proc {
+                    nspace: format!("tool@{}.{link}", self.rank),
+                    rank: 0,
                 });
+                let source = Some(from.clone());
                 let t = Travelling {
                     audience: audience(range, &from, &targets),
                     event: Event {
@@ -261,10 +269,14 @@ impl EventHub {
             Audience::Procs { procs } => {
                 let mut by_job: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
                 for p in procs {
-                    if self.ranks_here(&p.nspace).contains(&p.rank) {
+                    let here = self.ranks_here(&p.nspace);
+                    if p.rank == RANK_WILDCARD {
+                        by_job.entry(&p.nspace).or_default().extend(here);
+                    } else if here.contains(&p.rank) {
                         by_job.entry(&p.nspace).or_default().insert(p.rank);
                     }
                 }
+                by_job.retain(|_, ranks| !ranks.is_empty());
                 for (ns, ranks) in by_job {
                     deliveries(self.server.job_event(ns, &ranks, ev.clone()), out);
                 }
@@ -334,7 +346,7 @@ mod tests {
 
     #[test]
     fn a_local_range_stays_on_the_node_and_reaches_everyone_there() {
-        let mut h = EventHub::new(false, 512);
+        let mut h = EventHub::new(1, 512);
         connect(&mut h, 1, Some(p("a", 0)));
         connect(&mut h, 2, Some(p("b", 0)));
         connect(&mut h, 3, None);
@@ -350,7 +362,7 @@ mod tests {
 
     #[test]
     fn a_namespace_event_goes_up_then_down_and_reaches_only_that_job() {
-        let mut daemon = EventHub::new(false, 512);
+        let mut daemon = EventHub::new(1, 512);
         connect(&mut daemon, 1, Some(p("a", 0)));
         let out = daemon.handle(Input::FromClient {
             link: 1,
@@ -363,12 +375,12 @@ mod tests {
         else {
             panic!("{out:?}")
         };
-        let mut ctl = EventHub::new(true, 512);
+        let mut ctl = EventHub::new(0, 512);
         let down = ctl.handle(Input::FromBelow(t.clone()));
         let [Output::ToChildren(t)] = &down[..] else {
             panic!("{down:?}")
         };
-        let mut other = EventHub::new(false, 512);
+        let mut other = EventHub::new(1, 512);
         connect(&mut other, 7, Some(p("a", 1)));
         connect(&mut other, 8, Some(p("b", 0)));
         let got = other.handle(Input::FromAbove(t.clone()));
@@ -378,7 +390,7 @@ mod tests {
 
     #[test]
     fn a_custom_event_reaches_its_targets_and_a_late_target_gets_it_on_registering() {
-        let mut h = EventHub::new(true, 512);
+        let mut h = EventHub::new(0, 512);
         h.handle(Input::LocalProcs {
             nspace: "a".into(),
             ranks: vec![0, 1, 2],
@@ -414,7 +426,7 @@ mod tests {
 
     #[test]
     fn an_rm_event_stops_at_the_controller_and_proc_local_never_leaves_the_client() {
-        let mut ctl = EventHub::new(true, 512);
+        let mut ctl = EventHub::new(0, 512);
         connect(&mut ctl, 1, Some(p("a", 0)));
         let out = ctl.handle(Input::FromClient {
             link: 1,
@@ -437,8 +449,65 @@ mod tests {
     }
 
     #[test]
+    fn a_custom_event_to_a_wildcard_rank_reaches_every_process_of_that_job_and_names_its_tool() {
+        let mut h = EventHub::new(3, 512);
+        h.handle(Input::LocalProcs {
+            nspace: "a".into(),
+            ranks: vec![0, 1],
+        });
+        connect(&mut h, 1, Some(p("a", 0)));
+        connect(&mut h, 2, Some(p("a", 1)));
+        connect(&mut h, 3, Some(p("b", 0)));
+        connect(&mut h, 4, None);
+        let t = |up: EventUp| {
+            let EventUp::Notify {
+                code,
+                range,
+                targets,
+                info,
+            } = up
+            else {
+                unreachable!()
+            };
+            Travelling {
+                audience: crate::event::range::audience(range, &p("x", 0), &targets),
+                event: Event {
+                    code,
+                    source: None,
+                    info,
+                    level: Level::Job,
+                },
+            }
+        };
+        let out = h.handle(Input::FromAbove(t(notify(
+            Range::Custom,
+            vec![p("a", dvmlab_proto::event::RANK_WILDCARD)],
+        ))));
+        assert_eq!(delivered_to(&out), [1, 2]);
+        // A tool's notification names it as its source.
+        let out = h.handle(Input::FromClient {
+            link: 4,
+            up: notify(Range::Local, vec![]),
+        });
+        let sources: Vec<Option<Proc>> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::ToClient {
+                    down: EventDown::Deliver { event },
+                    ..
+                } => Some(event.source.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            !sources.is_empty() && sources.iter().all(|s| *s == Some(p("tool@3.4", 0))),
+            "{sources:?}"
+        );
+    }
+
+    #[test]
     fn an_oversized_notification_is_refused_and_goes_nowhere() {
-        let mut h = EventHub::new(false, 512);
+        let mut h = EventHub::new(1, 512);
         connect(&mut h, 1, Some(p("a", 0)));
         let out = h.handle(Input::FromClient {
             link: 1,
@@ -460,7 +529,7 @@ mod tests {
 
     #[test]
     fn an_event_kept_for_a_process_the_runtime_did_not_launch_goes_when_it_disconnects() {
-        let mut h = EventHub::new(true, 512);
+        let mut h = EventHub::new(0, 512);
         h.handle(Input::Connected {
             link: 1,
             proc: Some(p("stray", 0)),
@@ -483,7 +552,7 @@ mod tests {
 
     #[test]
     fn environment_events_reach_environment_registrations_on_every_node() {
-        let mut h = EventHub::new(false, 512);
+        let mut h = EventHub::new(1, 512);
         connect(&mut h, 1, Some(p("a", 0)));
         h.handle(Input::Connected {
             link: 2,
@@ -514,7 +583,7 @@ mod tests {
 
     #[test]
     fn a_client_deregisters_by_its_own_ids() {
-        let mut h = EventHub::new(false, 512);
+        let mut h = EventHub::new(1, 512);
         h.handle(Input::Connected {
             link: 1,
             proc: None,
