@@ -2,13 +2,14 @@
 //! node's daemon, registering handlers, notifying events and running its handler chains.
 //!
 //! The chains themselves are `dvmlab_core::event::client::EventClient`'s; this is its IO.
-//! [`Events::next`] hands over each handler call ([`Step::Invoke`]); the caller runs the
-//! handler and reports [`Events::done`], at once or later (an asynchronous handler), and the
+//! Handlers are closures ([`Events::on`], then [`Events::serve`]); or, for a handler that
+//! completes later (asynchronously), [`Events::next`] hands over each call
+//! ([`Step::Invoke`]) and the caller reports [`Events::done`] when it is ready, and the
 //! chain goes on. A job process finds its daemon and its identity in its environment
 //! (`DVMLAB_EVENTS`, `DVMLAB_NSPACE`, `DVMLAB_PROC`); a tool on a node of the DVM uses that
 //! node's daemon.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -41,12 +42,18 @@ pub enum Step {
     Refused { id: RegId, reason: String },
 }
 
+/// A handler as a closure: given its call (the event, and what the handlers before it in
+/// the chain returned), how it completed and the results it adds.
+pub type Handler = Box<dyn FnMut(&Invocation) -> (Completion, Vec<Info>) + Send>;
+
 /// A connection to this node's daemon for events.
 pub struct Events {
     framed: Option<Framed<Box<dyn Conn>, FrameCodec>>,
     core: EventClient,
     ready: VecDeque<Step>,
     peer: String,
+    /// The closures registered with [`Events::on`], by registration.
+    handlers: BTreeMap<RegId, Handler>,
 }
 
 impl Events {
@@ -85,10 +92,22 @@ impl Events {
             .map_err(|_| format!("{name} did not answer within {timeout:?}"))?
             .map_err(|e| format!("cannot reach {name}: {e}"))?;
         served_by_us(&stream, &name)?;
+        Events::hello(Box::new(stream), name, &dvm, peer, me, timeout).await
+    }
+
+    /// Says hello on `stream` to the daemon called `name` as `peer` of DVM `dvm`.
+    async fn hello(
+        stream: Box<dyn Conn>,
+        name: String,
+        dvm: &str,
+        peer: Peer,
+        me: Option<Proc>,
+        timeout: Duration,
+    ) -> Result<Events, String> {
         let mut framed: Framed<Box<dyn Conn>, FrameCodec> =
-            Framed::new(Box::new(stream), FrameCodec::default());
+            Framed::new(stream, FrameCodec::default());
         framed
-            .send(Frame::Hello(Hello::new(&dvm, peer)))
+            .send(Frame::Hello(Hello::new(dvm, peer)))
             .await
             .map_err(|e| format!("{name}: {e}"))?;
         match tokio::time::timeout(timeout, framed.next()).await {
@@ -106,7 +125,49 @@ impl Events {
             core: EventClient::new(me),
             ready: VecDeque::new(),
             peer: name,
+            handlers: BTreeMap::new(),
         })
+    }
+
+    /// Registers `handler` for `codes` (none: every code) with `directives`; [`Events::serve`]
+    /// calls it.
+    pub async fn on(
+        &mut self,
+        codes: Vec<Status>,
+        directives: Directives,
+        handler: Handler,
+    ) -> Result<RegId, String> {
+        let id = self.register(codes, directives).await?;
+        self.handlers.insert(id, handler);
+        Ok(id)
+    }
+
+    /// Serves events with the closures registered with [`Events::on`] until `stop`, told of
+    /// each event that went through its chain (and what each handler returned), says so; or
+    /// the daemon goes away (an error, after its loss was served).
+    pub async fn serve(
+        &mut self,
+        mut stop: impl FnMut(&Event, &[HandlerResult]) -> bool,
+    ) -> Result<(), String> {
+        loop {
+            match self.next().await? {
+                Step::Invoke(inv) => {
+                    let (how, results) = match self.handlers.get_mut(&inv.reg) {
+                        Some(h) => h(&inv),
+                        None => (Completion::NoActionTaken, Vec::new()),
+                    };
+                    self.done(inv.reg, how, results).await?;
+                }
+                Step::Served { event, results, .. } => {
+                    if stop(&event, &results) {
+                        return Ok(());
+                    }
+                }
+                Step::Refused { id, reason } => {
+                    return Err(format!("{} refused registration {id}: {reason}", self.peer))
+                }
+            }
+        }
     }
 
     /// The job process this is (`None` for a tool).
@@ -147,6 +208,7 @@ impl Events {
 
     /// Removes a registration (also from inside its handler).
     pub async fn deregister(&mut self, id: RegId) -> Result<(), String> {
+        self.handlers.remove(&id);
         let out = self.core.deregister(id);
         self.carry_out(out).await
     }
@@ -282,5 +344,119 @@ impl Events {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A daemon in miniature on the other end of `theirs`: welcomes, confirms every
+    /// registration, then delivers one event and waits for the client to go.
+    async fn daemon(theirs: UnixStream) {
+        let mut f = Framed::new(theirs, FrameCodec::default());
+        let Some(Ok(Frame::Hello(_))) = f.next().await else {
+            panic!("no hello")
+        };
+        f.codec_mut().accepted();
+        let welcome = Frame::Welcome {
+            nspace: "d".into(),
+            rank: 1,
+            version: dvmlab_proto::wire::VERSION,
+            caps: dvmlab_proto::wire::CAPS,
+        };
+        f.send(welcome).await.unwrap();
+        for _ in 0..3 {
+            let Some(Ok(Frame::Event(dvmlab_proto::event::EventUp::Register { id, .. }))) =
+                f.next().await
+            else {
+                panic!("no registration")
+            };
+            f.send(Frame::EventDown(EventDown::Registered { id }))
+                .await
+                .unwrap();
+        }
+        let event = Event {
+            code: -3001,
+            source: None,
+            info: vec![],
+            level: dvmlab_proto::event::Level::Job,
+        };
+        f.send(Frame::EventDown(EventDown::Deliver { event }))
+            .await
+            .unwrap();
+        while f.next().await.is_some() {}
+    }
+
+    #[test]
+    fn closures_are_called_in_service_order_each_given_what_the_ones_before_returned() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let fake = tokio::spawn(daemon(theirs));
+            let mut ev = Events::hello(
+                Box::new(ours),
+                "the test's daemon".into(),
+                "d",
+                Peer::Tool,
+                None,
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+            let seen: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+            let named = |n: &str| Directives {
+                name: Some(n.into()),
+                ..Directives::default()
+            };
+            for (name, codes) in [("default", vec![]), ("specific", vec![-3001])] {
+                let log = seen.clone();
+                let n = name.to_string();
+                ev.on(
+                    codes,
+                    named(name),
+                    Box::new(move |inv: &Invocation| {
+                        log.lock().unwrap().push((n.clone(), inv.results.len()));
+                        (
+                            Completion::PartialActionTaken,
+                            vec![Info {
+                                key: format!("{n}.did"),
+                                value: 1.into(),
+                            }],
+                        )
+                    }),
+                )
+                .await
+                .unwrap();
+            }
+            let gone = ev
+                .on(vec![-3001], named("gone"), Box::new(|_| unreachable!()))
+                .await
+                .unwrap();
+            ev.deregister(gone).await.unwrap();
+            let mut results = Vec::new();
+            ev.serve(|_, r| {
+                results = r.to_vec();
+                true
+            })
+            .await
+            .unwrap();
+            assert_eq!(
+                *seen.lock().unwrap(),
+                [("specific".to_string(), 0), ("default".to_string(), 1)],
+                "the handler for the code first, then the default one, which is given the first's result"
+            );
+            assert_eq!(
+                results.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+                ["specific", "default"]
+            );
+            assert!(results[0].results[0].key == "specific.did");
+            drop(ev);
+            fake.await.unwrap();
+        });
     }
 }
