@@ -202,9 +202,9 @@ pub struct Profile {
     pub jobs: Option<Jobs>,
     pub events: Option<Events>,
     pub features: Features,
-    /// Known deviations (`<profile>.expected.toml` beside it): item id -> why it fails. The
-    /// run passes when exactly these items FAIL.
-    pub expected: BTreeMap<String, String>,
+    /// Known deviations (`<profile>.expected.toml` beside it), by item id. The run passes
+    /// when exactly these items FAIL, each as it is expected to.
+    pub expected: BTreeMap<String, Expected>,
     /// Where they were read from.
     pub expected_path: PathBuf,
 }
@@ -223,6 +223,16 @@ struct Expectations {
 struct ExpectedFail {
     id: String,
     why: String,
+    #[serde(default)]
+    observed: Option<String>,
+}
+
+/// One known deviation: why the item fails, and, if given, words its failure report must
+/// contain (so that failing some other way is not taken for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub why: String,
+    pub observed: Option<String>,
 }
 
 /// `<dir>/<stem>.expected.toml` for the profile at `path`.
@@ -234,7 +244,7 @@ fn expectations_path(path: &Path) -> PathBuf {
     path.with_file_name(format!("{stem}.expected.toml"))
 }
 
-fn load_expectations(path: &Path) -> Result<BTreeMap<String, String>, String> {
+fn load_expectations(path: &Path) -> Result<BTreeMap<String, Expected>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
@@ -251,7 +261,11 @@ fn load_expectations(path: &Path) -> Result<BTreeMap<String, String>, String> {
                 f.id
             ));
         }
-        if out.insert(f.id.clone(), f.why).is_some() {
+        let e = Expected {
+            why: f.why,
+            observed: f.observed.filter(|o| !o.trim().is_empty()),
+        };
+        if out.insert(f.id.clone(), e).is_some() {
             return Err(format!(
                 "expectations {}: {} is listed twice",
                 path.display(),
@@ -544,7 +558,10 @@ mod tests {
         std::fs::write(&exp, "[[fail]]\nid='a.b'\nwhy='it does c'\n").unwrap();
         let p = Profile::load(&profile).unwrap();
         assert_eq!(p.expected_path, exp);
-        assert_eq!(p.expected.get("a.b").map(String::as_str), Some("it does c"));
+        assert_eq!(
+            p.expected.get("a.b").map(|e| e.why.as_str()),
+            Some("it does c")
+        );
         std::fs::write(&exp, "[[fail]]\nid='a.b'\nwhy=''\n").unwrap();
         assert!(Profile::load(&profile).unwrap_err().contains("say why"));
         std::fs::write(

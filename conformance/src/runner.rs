@@ -296,12 +296,28 @@ impl Suite {
         if let Ok(t) = serde_json::to_string(&record) {
             let _ = report::atomic_write(&file, &t);
         }
-        if let Some(why) = self.profile.expected.get(&item.id) {
+        if let Some(expected) = self.profile.expected.get(&item.id) {
+            let why = &expected.why;
+            let as_expected = expected
+                .observed
+                .as_ref()
+                .is_none_or(|words| reason.contains(words.as_str()));
             return match outcome {
-                Outcome::Fail => Ok(Completion::ignored_with(format!(
+                Outcome::Fail if as_expected => Ok(Completion::ignored_with(format!(
                     "XFAIL (expected: {why}): {}",
                     first_line(&reason)
                 ))),
+                Outcome::Fail => {
+                    let m = format!(
+                        "{} [{}] FAILs, but not as expected ({why}: its report should say {:?}):\n{reason}\nupdate {} if this is the library's doing",
+                        item.id,
+                        cell.name(),
+                        expected.observed.as_deref().unwrap_or_default(),
+                        self.profile.expected_path.display()
+                    );
+                    eprintln!("{m}");
+                    Err(Failed::from(m))
+                }
                 other => {
                     let m = format!(
                         "{} [{}] is expected to FAIL ({why}) but is {other}{}: update {}",
