@@ -47,6 +47,38 @@ fn wait_for(out: &Path, what: &str) {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// The handler calls job process `p` printed (`--tag-output` lines `[p] …`).
+fn calls_of(text: &str, p: u32) -> Vec<Value> {
+    let prefix = format!("[{p}] ");
+    text.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l.get("handler").is_some())
+        .collect()
+}
+
+/// After abuse: a new listener on `host` still hears a SESSION event notified from
+/// `notifier`, and the DVM is still formed; then it stops.
+fn still_serving(mut dvm: Dvm, hosts: &[String], host: &str, notifier: &str) {
+    let out = dvm.cluster.run_dir().join("after.out");
+    let args = [
+        "listen",
+        "--handler",
+        "name=after",
+        "--count",
+        "1",
+        "--timeout",
+        "20",
+    ];
+    let mut after = spawn_pevent(&dvm, host, &args, &out);
+    wait_for(&out, "\"ready\"");
+    let (ok, err) = pevent(&dvm, notifier, &["notify", "-3002", "--range", "SESSION"]);
+    assert!(ok, "{err}");
+    assert!(wait_exit(&mut after, "the listener after").success());
+    assert!(dvm.status().unwrap().formed);
+    dvm.stop_cleanly(hosts);
+}
+
 fn json_lines(text: &str) -> Vec<Value> {
     text.lines()
         .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
@@ -167,10 +199,7 @@ fn a_custom_event_reaches_exactly_its_target_processes_even_before_they_register
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(st.success(), "{text}");
     for p in 0..3 {
-        let heard = text
-            .lines()
-            .filter(|l| l.starts_with(&format!("[{p}] ")) && l.contains("\"handler\""))
-            .count();
+        let heard = calls_of(&text, p).len();
         assert_eq!(heard, usize::from(p < 2), "process {p}:\n{text}");
     }
     assert!(text.contains("\"code\":-7"), "{text}");
@@ -190,15 +219,10 @@ fn a_process_killed_by_a_signal_is_announced_to_the_other_processes_of_its_job()
     let (code, out, err) = prun(&dvm, &["-n", "3", "--tag-output", "sh", "-c", &script]);
     assert_eq!(code, Some(137), "{out}{err}");
     for p in [1, 2] {
-        let call = json_lines(
-            &out.lines()
-                .filter(|l| l.starts_with(&format!("[{p}] ")))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        )
-        .into_iter()
-        .find(|l| l.get("handler").is_some())
-        .unwrap_or_else(|| panic!("process {p} heard nothing:\n{out}{err}"));
+        let call = calls_of(&out, p)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("process {p} heard nothing:\n{out}{err}"));
         assert_eq!(call["code"], -7);
         let affected = call["info"]
             .as_array()
@@ -247,15 +271,7 @@ fn a_signal_that_does_not_end_a_job_leaves_its_processes_deaths_announced() {
     assert!(ok, "{err}");
     wait_exit(&mut job, "the job");
     let text = std::fs::read_to_string(&out).unwrap();
-    let heard = json_lines(
-        &text
-            .lines()
-            .filter(|l| l.starts_with("[1] "))
-            .collect::<Vec<_>>()
-            .join("\n"),
-    )
-    .into_iter()
-    .any(|l| l.get("handler").is_some() && l["code"] == -7);
+    let heard = calls_of(&text, 1).iter().any(|l| l["code"] == -7);
     assert!(heard, "process 1 heard no PROC_ABORTED:\n{text}");
     dvm.stop_cleanly(&hosts);
 }
@@ -320,7 +336,7 @@ fn a_lost_daemon_is_an_environment_event_for_those_that_asked() {
 
 #[test]
 fn a_listener_killed_mid_chain_and_one_that_registers_too_many_leave_the_daemon_serving() {
-    let Some((mut dvm, hosts)) = Dvm::formed("events-rude", Needs::AnyBackend, 2, 2) else {
+    let Some((dvm, hosts)) = Dvm::formed("events-rude", Needs::AnyBackend, 2, 2) else {
         return;
     };
     let slow_out = dvm.cluster.run_dir().join("slow.out");
@@ -355,28 +371,7 @@ fn a_listener_killed_mid_chain_and_one_that_registers_too_many_leave_the_daemon_
         &["listen", "--chain", &chain_arg, "--count", "1"],
     );
     assert!(!ok && err.contains("1024"), "{err}");
-    // The daemon serves the next listener as before.
-    let out = dvm.cluster.run_dir().join("after.out");
-    let mut after = spawn_pevent(
-        &dvm,
-        "n01",
-        &[
-            "listen",
-            "--handler",
-            "name=after",
-            "--count",
-            "1",
-            "--timeout",
-            "20",
-        ],
-        &out,
-    );
-    wait_for(&out, "\"ready\"");
-    let (ok, err) = pevent(&dvm, "n02", &["notify", "-3002", "--range", "SESSION"]);
-    assert!(ok, "{err}");
-    assert!(wait_exit(&mut after, "the second listener").success());
-    assert!(dvm.status().unwrap().formed);
-    dvm.stop_cleanly(&hosts);
+    still_serving(dvm, &hosts, "n01", "n02");
 }
 
 #[test]
@@ -508,7 +503,7 @@ fn a_job_process_sending_thousands_of_registrations_an_oversized_event_and_garba
 ) {
     use dvmlab_proto::event::{Directives, EventUp, Info, Range};
     use dvmlab_proto::wire::{Frame, Hello, Peer};
-    let Some((mut dvm, hosts)) = Dvm::formed("events-abuse", Needs::AnyBackend, 1, 2) else {
+    let Some((dvm, hosts)) = Dvm::formed("events-abuse", Needs::AnyBackend, 1, 2) else {
         return;
     };
     // Frames as JSON templates; the job process fills in who it is and frames them itself.
@@ -595,26 +590,5 @@ print(got.count(b'"op":"registered"'), got.count(b'"op":"refused"'), got.count(b
         rss_last < rss_after_first + 1024,
         "n01's daemon grew from {rss_first} KiB to {rss_after_first} KiB after one abuser and {rss_last} KiB after twenty"
     );
-    // The daemon serves the next listener as before.
-    let after = dvm.cluster.run_dir().join("after.out");
-    let mut listener = spawn_pevent(
-        &dvm,
-        "n01",
-        &[
-            "listen",
-            "--handler",
-            "name=after",
-            "--count",
-            "1",
-            "--timeout",
-            "20",
-        ],
-        &after,
-    );
-    wait_for(&after, "\"ready\"");
-    let (ok, err) = pevent(&dvm, "ctl", &["notify", "-3002", "--range", "SESSION"]);
-    assert!(ok, "{err}");
-    assert!(wait_exit(&mut listener, "the listener after").success());
-    assert!(dvm.status().unwrap().formed);
-    dvm.stop_cleanly(&hosts);
+    still_serving(dvm, &hosts, "n01", "ctl");
 }

@@ -72,9 +72,8 @@ pub enum Output {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct EventHub {
-    controller: bool,
-    /// This daemon's rank: a tool's PMIx name is `tool@RANK.LINK` (tools have no job, but
-    /// what they notify has a source, unlike the runtime's own events).
+    /// This daemon's rank (0: the controller); a tool's PMIx name is `tool@RANK.LINK` (tools
+    /// have no job, but what they notify has a source, unlike the runtime's own events).
     rank: u32,
     server: LocalServer,
     procs: BTreeMap<Link, Proc>,
@@ -88,7 +87,6 @@ impl EventHub {
     /// environment events.
     pub fn new(rank: u32, ring: usize) -> EventHub {
         EventHub {
-            controller: rank == 0,
             rank,
             server: LocalServer::new(ring),
             procs: BTreeMap::new(),
@@ -224,7 +222,7 @@ impl EventHub {
     /// An event on its way up: the controller sends it down (or keeps it, if it is for the
     /// runtime); any other daemon passes it on.
     fn arrived_up(&mut self, t: Travelling, out: &mut Vec<Output>) {
-        if !self.controller {
+        if self.rank != 0 {
             out.push(Output::ToParent(t));
             return;
         }
