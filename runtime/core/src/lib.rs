@@ -5,6 +5,7 @@
 //! No tokio, no nix, no file, clock or environment access in here (enforced by this crate's
 //! dependencies and `clippy.toml`): `conf` parses text it is given, and reads nothing.
 
+pub mod campaign;
 pub mod conf;
 pub mod daemon_core;
 pub mod diag;

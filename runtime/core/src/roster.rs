@@ -41,6 +41,10 @@ pub struct Member {
     pub state: State,
     /// The roster's generation when this member's state last changed.
     pub since: u64,
+    /// Controller only: the grow campaign this rank was added by, until that campaign
+    /// completes. A tagged rank runs no job even once it is wired: a grow is complete only
+    /// when every one of its daemons is.
+    pub campaign: Option<u64>,
 }
 
 /// See the module documentation.
@@ -70,6 +74,7 @@ impl Roster {
                     State::Waiting
                 },
                 since: 0,
+                campaign: None,
             })
             .collect();
         let r = Roster {
@@ -109,12 +114,19 @@ impl Roster {
         self.get(rank).map(|m| m.state)
     }
 
-    /// The rank whose host is `host`.
+    /// The rank whose host is `host`, departed ranks skipped: a host that left and was
+    /// added again answers to its new rank.
     pub fn rank_of(&self, host: &str) -> Option<Rank> {
         self.members
             .iter()
-            .position(|m| m.host == host)
+            .position(|m| m.host == host && m.state != State::Departed)
             .map(|r| r as Rank)
+    }
+
+    /// The membership's version: bumped by every rank added or departed, carried by the
+    /// wireup so that a daemon takes only a newer membership.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     pub fn controller_listed(&self) -> bool {
@@ -147,23 +159,79 @@ impl Roster {
             .all(|m| matches!(m.state, State::Wired | State::Departed))
     }
 
-    /// Ranks that may run job processes, in rank order: the wired ones, the controller only
-    /// when `prte.conf` lists it as a compute node.
+    /// Ranks that may run job processes, in rank order: the wired ones not part of a grow in
+    /// progress, the controller only when `prte.conf` lists it as a compute node. A departing
+    /// rank is not wired, so it is never among them.
     pub fn compute_ranks(&self) -> Vec<Rank> {
         self.iter()
-            .filter(|(r, m)| m.state == State::Wired && (*r != 0 || self.controller_listed))
+            .filter(|(r, m)| {
+                m.state == State::Wired
+                    && m.campaign.is_none()
+                    && (*r != 0 || self.controller_listed)
+            })
             .map(|(r, _)| r)
             .collect()
     }
 
-    /// Sets `rank`'s state; returns whether it changed. Ranks outside the DVM are ignored, and
-    /// a departed rank stays departed.
+    /// Controller: adds `host` as a new rank, after every rank there ever was, on behalf of
+    /// grow campaign `campaign`. Refused for a host that is already a member (and has not
+    /// departed) and past [`MAX_NODES`] ranks.
+    pub fn add(&mut self, host: &str, campaign: u64) -> Result<Rank, String> {
+        if let Some(r) = self.rank_of(host) {
+            return Err(format!("host {host} is already in the DVM (rank {r})"));
+        }
+        if self.members.len() >= MAX_NODES {
+            return Err(format!(
+                "host {host}: the DVM has {MAX_NODES} ranks, the most it may have"
+            ));
+        }
+        self.generation += 1;
+        self.epoch += 1;
+        self.members.push(Member {
+            host: host.to_string(),
+            uri: None,
+            state: State::Waiting,
+            since: self.generation,
+            campaign: Some(campaign),
+        });
+        self.check();
+        Ok(self.len() - 1)
+    }
+
+    /// Controller: `rank`'s grow completed; it may run jobs once wired.
+    pub fn admit(&mut self, rank: Rank) {
+        if let Some(m) = self.members.get_mut(rank as usize) {
+            m.campaign = None;
+        }
+    }
+
+    /// Controller: `rank` left the DVM for good (a shrink target gone, a failed grow's
+    /// daemon undone). Bumps the epoch so every daemon's membership drops it; returns
+    /// whether it was news (a repeated departure changes nothing).
+    pub fn depart(&mut self, rank: Rank) -> bool {
+        if !self.set(rank, State::Departed) {
+            return false;
+        }
+        self.epoch += 1;
+        if let Some(m) = self.members.get_mut(rank as usize) {
+            m.campaign = None;
+        }
+        true
+    }
+
+    /// Sets `rank`'s state; returns whether it changed. Ranks outside the DVM are ignored, a
+    /// departed rank stays departed, and a departing rank leaves that state only by
+    /// departing: its loss is its departure, and a report does not make it a compute rank
+    /// again.
     pub fn set(&mut self, rank: Rank, state: State) -> bool {
         let generation = self.generation + 1;
         let Some(m) = self.members.get_mut(rank as usize) else {
             return false;
         };
-        if m.state == state || m.state == State::Departed {
+        if m.state == state
+            || m.state == State::Departed
+            || (m.state == State::Departing && state != State::Departed)
+        {
             return false;
         }
         m.state = state;
@@ -229,6 +297,7 @@ impl Roster {
                     uri: None,
                     state: State::Waiting,
                     since: self.generation,
+                    campaign: None,
                 }),
                 None => {
                     return Err(format!(
@@ -325,6 +394,7 @@ mod tests {
             uri: None,
             state: State::Waiting,
             since: 0,
+            campaign: None,
         });
         ctl.epoch = 1;
         ctl.set(2, State::Departed);
@@ -341,6 +411,50 @@ mod tests {
             departed: IdSet::new(),
         };
         assert!(d.apply(&bad).unwrap_err().contains("adds rank 7"));
+    }
+
+    #[test]
+    fn an_added_rank_follows_every_rank_and_runs_jobs_only_once_wired_and_admitted() {
+        let mut ctl = Roster::from_conf(&hosts(3), false, 0);
+        ctl.set(1, State::Wired);
+        ctl.set(2, State::Wired);
+        let e0 = ctl.epoch();
+        assert!(ctl
+            .add("h1", 7)
+            .unwrap_err()
+            .contains("already in the DVM (rank 1)"));
+        assert_eq!(ctl.add("n3", 7), Ok(3));
+        assert_eq!(ctl.add("n4", 7), Ok(4));
+        assert!(ctl.epoch() > e0);
+        assert!(!ctl.formed(), "a new rank is expected");
+        ctl.set(3, State::Wired);
+        assert_eq!(
+            ctl.compute_ranks(),
+            vec![1, 2],
+            "tagged: its grow is not done"
+        );
+        ctl.admit(3);
+        assert_eq!(ctl.compute_ranks(), vec![1, 2, 3]);
+        // A failed grow's rank departs; the same host can come back under a new rank.
+        let e1 = ctl.epoch();
+        assert!(ctl.depart(4));
+        assert!(!ctl.depart(4), "a repeated departure is no news");
+        assert_eq!(ctl.epoch(), e1 + 1);
+        assert_eq!(ctl.rank_of("n4"), None);
+        assert_eq!(ctl.add("n4", 8), Ok(5));
+        assert_eq!(ctl.rank_of("n4"), Some(5));
+        ctl.set(2, State::Departing);
+        assert_eq!(
+            ctl.compute_ranks(),
+            vec![1, 3],
+            "a departing rank runs nothing"
+        );
+        // Every daemon takes the new membership from the wireup.
+        let mut d = Roster::from_conf(&hosts(3), false, 1);
+        assert_eq!(d.apply(&ctl.wireup()), Ok(true));
+        assert_eq!(d.len(), 6);
+        assert_eq!(d.state(4), Some(State::Departed));
+        assert_eq!(d.rank_of("n4"), Some(5));
     }
 
     #[test]

@@ -25,6 +25,19 @@ pub const ERR_LOST_CONNECTION: Status = -61;
 pub const EVENT_JOB_END: Status = -145;
 pub const EVENT_PROC_TERMINATED: Status = -201;
 pub const EVENT_NODE_DOWN: Status = -231;
+pub const ERR_TIMEOUT: Status = -24;
+/// An elastic change completed: the DVM has its new size (the requester alone hears it).
+pub const DVM_IS_READY: Status = -195;
+/// An elastic change failed; the cause is in `pmix.job.term.status`.
+pub const ERR_DVM_MOD: Status = -196;
+/// dvmlab's own cause for a failed grow: the launch agent failed, or the new daemon exited
+/// before it was wired (codes below −3000 are free for external use).
+pub const DVMLAB_ERR_LAUNCH: Status = -3001;
+
+/// Info keys of the elastic completion events.
+pub const ALLOC_ID: &str = "pmix.alloc.id";
+pub const ALLOC_REQ_ID: &str = "pmix.alloc.reqid";
+pub const JOB_TERM_STATUS: &str = "pmix.job.term.status";
 
 /// Every code with a name, for parsing and printing.
 const NAMED: &[(&str, Status)] = &[
@@ -36,6 +49,7 @@ const NAMED: &[(&str, Status)] = &[
     ("ERR_PROC_ABORTED", ERR_PROC_ABORTED),
     ("ERR_PROC_REQUESTED_ABORT", ERR_PROC_REQUESTED_ABORT),
     ("ERR_PROC_ABORTING", ERR_PROC_ABORTING),
+    ("ERR_TIMEOUT", ERR_TIMEOUT),
     ("ERR_UNREACH", ERR_UNREACH),
     ("ERR_LOST_CONNECTION", ERR_LOST_CONNECTION),
     ("ERR_LOST_CONNECTION_TO_SERVER", -101),
@@ -46,8 +60,9 @@ const NAMED: &[(&str, Status)] = &[
     ("EVENT_SESSION_START", -192),
     ("EVENT_SESSION_END", -193),
     ("ALLOC_TIMEOUT_WARNING", -194),
-    ("DVM_IS_READY", -195),
-    ("ERR_DVM_MOD", -196),
+    ("DVM_IS_READY", DVM_IS_READY),
+    ("ERR_DVM_MOD", ERR_DVM_MOD),
+    ("DVMLAB_ERR_LAUNCH", DVMLAB_ERR_LAUNCH),
     ("EVENT_PROC_TERMINATED", EVENT_PROC_TERMINATED),
     ("EVENT_NODE_DOWN", EVENT_NODE_DOWN),
     ("EVENT_NODE_OFFLINE", -232),

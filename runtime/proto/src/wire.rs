@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::codec::FrameCodec;
 use crate::contract::{PingReport, StatusReport};
 use crate::exec::{ExecDown, ExecUp, JobId};
+use crate::idset::IdSet;
 pub use crate::limits::{MAX_FRAME, MAX_HELLO_FRAME};
 use crate::placement::{MapBy, Placement};
 use crate::Rank;
@@ -255,9 +256,54 @@ pub enum ToolRequest {
         data: Vec<u8>,
         eof: bool,
     },
+    /// An allocation request (PMIx `PMIx_Allocation_request`): NEW or EXTEND adds `hosts`
+    /// to the DVM, RELEASE takes `hosts` or the allocation `alloc_id` out of it. The answer
+    /// is [`ToolReply::Allocated`] at once; the requester later hears one terminal event.
+    Alloc {
+        directive: Directive,
+        #[serde(default)]
+        hosts: Vec<String>,
+        #[serde(default)]
+        alloc_id: Option<String>,
+        #[serde(default)]
+        req_id: Option<String>,
+    },
+    /// An operator's or scheduler's push: grow the DVM onto `hosts` (no requester, so no
+    /// event); with `wait`, [`ToolReply::CampaignEnded`] follows the answer.
+    Grow {
+        hosts: Vec<String>,
+        #[serde(default)]
+        wait: bool,
+    },
+    /// An operator's or scheduler's push: the daemons on `hosts` leave the DVM.
+    Shrink {
+        hosts: Vec<String>,
+        #[serde(default)]
+        wait: bool,
+    },
     /// A request kind this build does not know (sent by a newer tool).
     #[serde(other)]
     Unknown,
+}
+
+/// PMIx's allocation directives, by their numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Directive {
+    New,
+    Extend,
+    Release,
+}
+
+impl Directive {
+    /// `PMIX_ALLOC_NEW` 1, `PMIX_ALLOC_EXTEND` 2, `PMIX_ALLOC_RELEASE` 3.
+    pub fn number(self) -> u8 {
+        match self {
+            Directive::New => 1,
+            Directive::Extend => 2,
+            Directive::Release => 3,
+        }
+    }
 }
 
 /// A job in the controller's list, as it travels to a tool (which expands the placement for
@@ -317,6 +363,22 @@ pub enum ToolReply {
     StdinAck {
         id: JobId,
         bytes: u64,
+    },
+    /// An elastic request was accepted (phase one): the change has begun (`changed`) or
+    /// there was nothing to change. It does not say the change is done.
+    Allocated {
+        alloc_id: String,
+        /// `PMIX_SUCCESS` (0).
+        status: i32,
+        /// The ranks the change adds or removes.
+        ranks: IdSet,
+        changed: bool,
+    },
+    /// For `wait`: the change this connection asked for ended; `cause` says why it failed.
+    CampaignEnded {
+        alloc_id: String,
+        ok: bool,
+        cause: Option<i32>,
     },
 }
 

@@ -27,6 +27,16 @@ pub const INITIAL_DELAY_PARAM: &str = "prte_bootstrap_retry_initial_delay";
 /// Heartbeat interval (seconds) on daemon links; a link silent for three intervals is dead.
 pub const HEARTBEAT_PARAM: &str = "dvmlab_heartbeat_interval";
 
+/// Elastic mode (PRRTE's name): the DVM may grow and shrink while it runs. Off by default;
+/// off, the DVM is fixed-size and grow and shrink requests are refused.
+pub const ELASTIC_PARAM: &str = "prte_elastic_mode";
+/// The command the controller starts new daemons through, invoked as `AGENT HOST COMMAND
+/// ARGS…` (PRRTE's name; `ssh` by default). Split on whitespace, never given to a shell.
+pub const LAUNCH_AGENT_PARAM: &str = "plm_ssh_agent";
+/// Seconds a new daemon has to report in after its launch before the grow fails; also how
+/// long a shrink target has to leave before it is cut off (an extension).
+pub const LAUNCH_TIMEOUT_PARAM: &str = "dvmlab_launch_timeout";
+
 /// `prte.conf` keys that seed an MCA parameter, and that parameter's name. For these the
 /// command line beats the file, and the file beats the environment.
 pub const MCA_KEYS: &[(&str, &str)] = &[
@@ -190,6 +200,12 @@ pub struct Settings {
     pub heartbeat: Duration,
     /// `DVMEventRing`: environment events each daemon keeps for late registrations.
     pub event_ring: usize,
+    /// [`ELASTIC_PARAM`]: whether the DVM may grow and shrink.
+    pub elastic: bool,
+    /// [`LAUNCH_AGENT_PARAM`], split into words.
+    pub launch_agent: Vec<String>,
+    /// [`LAUNCH_TIMEOUT_PARAM`].
+    pub launch_timeout: Duration,
     pub dvm_temp_dir: PathBuf,
     /// `SessionTmpDir`, a template (see [`expand_template`]).
     pub session_tmp_dir: Option<String>,
@@ -313,6 +329,26 @@ impl Settings {
             })
             .transpose()?
             .unwrap_or(crate::event::server::DEFAULT_RING);
+        let elastic = params
+            .get(ELASTIC_PARAM)
+            .map(|(v, o)| parse_bool(v, &o))
+            .transpose()?
+            .unwrap_or(false);
+        let launch_agent = match params.get(LAUNCH_AGENT_PARAM) {
+            Some((v, o)) => {
+                let words: Vec<String> = v.split_whitespace().map(str::to_string).collect();
+                if words.is_empty() {
+                    return Err(bad_value(&o, "plm_ssh_agent must name a command", v));
+                }
+                words
+            }
+            None => vec!["ssh".to_string()],
+        };
+        let launch_timeout = match params.get(LAUNCH_TIMEOUT_PARAM) {
+            Some((v, o)) => parse_seconds(v, &o, LAUNCH_TIMEOUT_PARAM)?,
+            None => Duration::from_secs(60),
+        }
+        .max(Duration::from_millis(100));
         let flag = |key: &str| -> Result<bool, Diagnostic> {
             r.file(key)
                 .map(|(v, o)| parse_bool(&v, &o))
@@ -342,6 +378,9 @@ impl Settings {
             retry_initial_delay,
             heartbeat,
             event_ring,
+            elastic,
+            launch_agent,
+            launch_timeout,
             dvm_temp_dir: r
                 .file("DVMTempDir")
                 .map(|x| PathBuf::from(x.0))
@@ -670,6 +709,36 @@ mod tests {
         .unwrap();
         assert_eq!(s.netmask, Some(16));
         assert_eq!(s.networks[1], NetSpec::Interface("eth1".into()));
+    }
+
+    #[test]
+    fn elastic_mode_is_off_by_default_and_set_from_the_command_line_or_environment() {
+        let s = settings(MIN, &[], &[]).unwrap();
+        assert!(!s.elastic);
+        assert_eq!(s.launch_agent, vec!["ssh"]);
+        assert_eq!(s.launch_timeout, Duration::from_secs(60));
+        let s = settings(MIN, &[], &[("PRTE_MCA_prte_elastic_mode", "1")]).unwrap();
+        assert!(s.elastic);
+        let s = settings(
+            MIN,
+            &[
+                ("prte_elastic_mode", "true"),
+                ("plm_ssh_agent", "/opt/agent --quiet"),
+                ("dvmlab_launch_timeout", "2.5"),
+            ],
+            &[("PRTE_MCA_prte_elastic_mode", "0")],
+        )
+        .unwrap();
+        assert!(s.elastic, "the command line beats the environment");
+        assert_eq!(s.launch_agent, vec!["/opt/agent", "--quiet"]);
+        assert_eq!(s.launch_timeout, Duration::from_millis(2500));
+        let e = settings(MIN, &[("prte_elastic_mode", "maybe")], &[]).unwrap_err();
+        assert!(e.to_string().contains("prte_elastic_mode"), "{e}");
+        let e = settings(MIN, &[("plm_ssh_agent", "  ")], &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("plm_ssh_agent must name a command"),
+            "{e}"
+        );
     }
 
     #[test]

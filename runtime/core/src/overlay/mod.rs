@@ -564,7 +564,10 @@ impl Node {
             ToolRequest::Submit { .. }
             | ToolRequest::Jobs
             | ToolRequest::Kill { .. }
-            | ToolRequest::Stdin { .. } => self.emit(Output::JobTool { link, req }),
+            | ToolRequest::Stdin { .. }
+            | ToolRequest::Alloc { .. }
+            | ToolRequest::Grow { .. }
+            | ToolRequest::Shrink { .. } => self.emit(Output::JobTool { link, req }),
             ToolRequest::Unknown => self.reply(
                 link,
                 ToolReply::Error {
