@@ -60,6 +60,12 @@ pub enum Output {
     Persist(Vec<Persisted>),
     /// Worth an error line in the log.
     Log(String),
+    /// Controller: job `id` entered `state` (PRRTE's number `code`), for the verbose log.
+    JobState {
+        id: JobId,
+        state: &'static str,
+        code: u32,
+    },
 }
 
 enum Work {
@@ -459,6 +465,7 @@ impl DaemonCore {
                 delay,
             },
             jobs::Output::Persist(live) => Output::Persist(live),
+            jobs::Output::State { id, state, code } => Output::JobState { id, state, code },
             jobs::Output::Ended {
                 id,
                 status,

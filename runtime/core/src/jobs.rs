@@ -3,6 +3,15 @@
 //! back to the submitting tool, enforces time limits, and keeps the list of live jobs the
 //! shell persists so a restarted controller can recover them.
 //!
+//! A job goes accept → map → launch. In an elastic DVM two boundaries hold jobs while the
+//! DVM changes size ([`Fence`]): a job waits before it is mapped while any grow or shrink is
+//! in progress, and a mapped job waits before its launch data goes out while a shrink is; a
+//! held job shows `WAITING FOR DAEMON CAMPAIGN` (PRRTE's state 17). Launches also wait their
+//! turn when [`JobManager::set_max_launching`] jobs are starting at once. A job is launched
+//! only onto compute ranks: one whose placement lost a rank while it waited is mapped again
+//! onto the survivors. Its submitter hears `Submitted` only at its launch, so holding a job
+//! looks like a delay and nothing else.
+//!
 //! Sans-IO: the shell feeds [`Input`]s and carries out [`Output`]s.
 
 use std::collections::BTreeMap;
@@ -10,6 +19,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::VecDeque;
+
+use crate::campaign::Fence;
 use crate::exec::{self, JobEvent, JobId, JobSpec};
 use crate::overlay::LinkId;
 use crate::roster::Roster;
@@ -49,7 +61,19 @@ pub enum Input {
     },
     Event(JobEvent),
     TimeLimit(JobId),
+    /// The elastic fence moved (see the module documentation).
+    Fence(Fence),
+    /// A grow failed or the DVM is stopping: the jobs held at the map-eligible boundary
+    /// (and, with `launch_too`, the mapped ones not yet launched) end without starting.
+    AbortParked {
+        launch_too: bool,
+        cause: String,
+    },
 }
+
+/// PRRTE's name and number of the state of a job held for a campaign.
+pub const WAITING_FOR_DAEMONS: &str = "WAITING FOR DAEMON CAMPAIGN";
+pub const WAITING_FOR_DAEMONS_CODE: u32 = 17;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
@@ -71,6 +95,12 @@ pub enum Output {
         status: i32,
         exception: Option<String>,
     },
+    /// Job `id` entered a state worth a verbose log line.
+    State {
+        id: JobId,
+        state: &'static str,
+        code: u32,
+    },
 }
 
 /// A live job as persisted across controller restarts.
@@ -84,6 +114,25 @@ pub struct Persisted {
     pub time_limit_ms: Option<u64>,
 }
 
+/// Where a job stands on its way to a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Stage {
+    /// Held at the map-eligible boundary.
+    Unmapped,
+    /// Mapped; held at the launch boundary or waiting for its turn to launch.
+    Mapped,
+    /// Its launch data went out (it may have ended since).
+    Launched,
+}
+
+/// What a job asked for, kept to map it (again) later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Want {
+    nprocs: Option<u32>,
+    map_by: dvmlab_proto::placement::MapBy,
+    hosts: Option<Vec<String>>,
+}
+
 #[derive(Debug, Clone)]
 struct Job {
     userid: u32,
@@ -92,6 +141,10 @@ struct Job {
     report: JobSummary,
     tool: Option<LinkId>,
     time_limit_ms: Option<u64>,
+    stage: Stage,
+    want: Want,
+    /// Counted among the launches in progress (launched, not yet started or ended).
+    launching: bool,
 }
 
 /// See the module documentation.
@@ -99,6 +152,13 @@ struct Job {
 pub struct JobManager {
     next_id: JobId,
     jobs: BTreeMap<JobId, Job>,
+    fence: Fence,
+    /// Jobs held at the map-eligible boundary, in submission order.
+    unmapped: VecDeque<JobId>,
+    /// Mapped jobs waiting for their launch, in submission order.
+    mapped: VecDeque<JobId>,
+    max_launching: usize,
+    launching: usize,
     out: Vec<Output>,
 }
 
@@ -111,6 +171,40 @@ fn spec_bytes(job: &Submit) -> usize {
         + job.cwd.as_ref().map_or(0, String::len)
 }
 
+/// Places a job on the roster's compute ranks (or the hosts it names), or says why not.
+fn map(roster: &Roster, want: &Want) -> Result<Placement, String> {
+    let joined = roster.compute_ranks();
+    let nodes: Vec<Rank> = match &want.hosts {
+        Some(hosts) => {
+            let mut v = Vec::new();
+            for h in hosts {
+                match roster.rank_of(h) {
+                    Some(r) if joined.contains(&r) => v.push(r),
+                    Some(_) => return Err(format!("host {h} has no joined daemon")),
+                    None => return Err(format!("host {h} is not in the DVM")),
+                }
+            }
+            v
+        }
+        None => joined,
+    };
+    if nodes.is_empty() {
+        return Err("no joined daemon to run the job on".into());
+    }
+    // One process per node unless told otherwise.
+    let nprocs = want.nprocs.unwrap_or(nodes.len() as u32);
+    let placement = Placement::new(nprocs, nodes, want.map_by);
+    if let Some((rank, n)) = placement
+        .counts()
+        .iter()
+        .find(|(_, n)| **n > MAX_PROCS_PER_NODE)
+    {
+        let host = roster.host(*rank);
+        return Err(format!("-n {nprocs}: {n} processes would run on {host} (rank {rank}); at most {MAX_PROCS_PER_NODE} of one job run on one node"));
+    }
+    Ok(placement)
+}
+
 impl JobManager {
     /// A job manager recovering `live` (read
     /// back after a restart; empty on a fresh start). The first output tells job-exec which
@@ -120,6 +214,11 @@ impl JobManager {
         let mut m = JobManager {
             next_id,
             jobs: BTreeMap::new(),
+            fence: Fence::OPEN,
+            unmapped: VecDeque::new(),
+            mapped: VecDeque::new(),
+            max_launching: MAX_LIVE_JOBS,
+            launching: 0,
             out: Vec::new(),
         };
         let mut recovered = Vec::new();
@@ -134,12 +233,41 @@ impl JobManager {
                     report: p.report,
                     tool: None,
                     time_limit_ms: p.time_limit_ms,
+                    stage: Stage::Launched,
+                    want: Want {
+                        nprocs: None,
+                        map_by: dvmlab_proto::placement::MapBy::Node,
+                        hosts: None,
+                    },
+                    launching: false,
                 },
             );
         }
         m.emit(Output::Exec(exec::Input::Recovered(recovered)));
         let out = std::mem::take(&mut m.out);
         (m, out)
+    }
+
+    /// At most `n` (at least 1) jobs launching at once: the rest wait, mapped, for their turn.
+    pub fn set_max_launching(&mut self, n: usize) {
+        self.max_launching = n.clamp(1, MAX_LIVE_JOBS);
+    }
+
+    /// Ranks running (or about to run) processes of a launched job that has not ended.
+    pub fn busy(&self) -> IdSet {
+        self.jobs
+            .values()
+            .filter(|j| j.stage == Stage::Launched && j.report.state != "INACTIVE")
+            .fold(IdSet::new(), |acc, j| acc.union(&j.ranks))
+    }
+
+    /// Every job not yet launched, with whether it is held at the map-eligible boundary
+    /// (else it is mapped onto `ranks`).
+    pub fn unlaunched(&self) -> impl Iterator<Item = (JobId, bool, &IdSet)> {
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.stage != Stage::Launched && j.report.state != "INACTIVE")
+            .map(|(id, j)| (*id, j.stage == Stage::Unmapped, &j.ranks))
     }
 
     /// Feeds one input; `roster` is the DVM's membership as the controller sees it now.
@@ -167,7 +295,20 @@ impl JobManager {
                     }
                 }
             }
-            Input::Event(e) => self.on_event(e),
+            Input::Event(e) => self.on_event(roster, e),
+            Input::Fence(f) => {
+                self.fence = f;
+                self.admit(roster);
+            }
+            Input::AbortParked { launch_too, cause } => {
+                let mut ids: Vec<JobId> = self.unmapped.drain(..).collect();
+                if launch_too {
+                    ids.extend(self.mapped.drain(..));
+                }
+                for id in ids {
+                    self.end_unlaunched(id, cause.clone());
+                }
+            }
             Input::TimeLimit(id) => {
                 let live = self
                     .jobs
@@ -204,7 +345,6 @@ impl JobManager {
     }
 
     fn submit(&mut self, roster: &Roster, link: LinkId, job: Submit) {
-        let joined = roster.compute_ranks();
         if job.argv.is_empty() {
             return self.error(link, "a job needs a command".into());
         }
@@ -235,39 +375,24 @@ impl JobManager {
                 format!("{live} jobs are running, the most the DVM runs at once; try again when one ends"),
             );
         }
-        let nodes: Vec<Rank> = match &job.hosts {
-            Some(hosts) => {
-                let mut v = Vec::new();
-                for h in hosts {
-                    match roster.rank_of(h) {
-                        Some(r) if joined.contains(&r) => v.push(r),
-                        Some(_) => {
-                            return self.error(link, format!("host {h} has no joined daemon"))
-                        }
-                        None => return self.error(link, format!("host {h} is not in the DVM")),
-                    }
-                }
-                v
-            }
-            None => joined,
+        let want = Want {
+            nprocs: job.nprocs,
+            map_by: job.map_by,
+            hosts: job.hosts.clone(),
         };
-        if nodes.is_empty() {
-            return self.error(link, "no joined daemon to run the job on".into());
-        }
-        // One process per node unless told otherwise.
-        let nprocs = job.nprocs.unwrap_or(nodes.len() as u32);
-        let placement = Placement::new(nprocs, nodes, job.map_by);
-        let counts = placement.counts();
-        if let Some((rank, n)) = counts.iter().find(|(_, n)| **n > MAX_PROCS_PER_NODE) {
-            let host = roster.host(*rank);
-            return self.error(
-                link,
-                format!("-n {nprocs}: {n} processes would run on {host} (rank {rank}); at most {MAX_PROCS_PER_NODE} of one job run on one node"),
-            );
-        }
-        let ranks: IdSet = counts.keys().copied().collect();
+        // Mapped now when the boundary is open, so that a job that cannot be placed is
+        // refused at once, before it gets an id.
+        let placement = if self.fence.map_open {
+            match map(roster, &want) {
+                Ok(p) => Some(p),
+                Err(e) => return self.error(link, e),
+            }
+        } else {
+            None
+        };
         let id = self.next_id;
         self.next_id += 1;
+        let placement = placement.unwrap_or_else(|| Placement::unmapped(want.map_by));
         let spec = JobSpec {
             argv: job.argv.clone(),
             env: job.env.clone(),
@@ -287,27 +412,183 @@ impl JobManager {
             id,
             Job {
                 userid: job.userid,
-                ranks: ranks.clone(),
-                spec: spec.clone(),
+                ranks: placement.ranks(),
+                spec,
                 report,
                 tool: Some(link),
                 time_limit_ms: job.time_limit_ms,
+                stage: if self.fence.map_open {
+                    Stage::Mapped
+                } else {
+                    Stage::Unmapped
+                },
+                want,
+                launching: false,
             },
         );
         self.prune_history();
+        if self.fence.map_open {
+            self.mapped.push_back(id);
+        } else {
+            self.unmapped.push_back(id);
+            self.park(id);
+        }
+        self.admit(roster);
+    }
+
+    /// Moves held jobs on as far as the fence and the launch limit let them, in order.
+    fn admit(&mut self, roster: &Roster) {
+        if self.fence.map_open {
+            while let Some(id) = self.unmapped.pop_front() {
+                self.map_job(roster, id);
+            }
+        }
+        while self.fence.launch_open && self.launching < self.max_launching {
+            let Some(id) = self.mapped.pop_front() else {
+                break;
+            };
+            self.launch(roster, id);
+        }
+        if !self.fence.launch_open {
+            let held: Vec<JobId> = self.mapped.iter().copied().collect();
+            for id in held {
+                self.park(id);
+            }
+        }
+    }
+
+    /// Shows job `id` as held for a campaign (once).
+    fn park(&mut self, id: JobId) {
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if j.report.state == WAITING_FOR_DAEMONS {
+            return;
+        }
+        j.report.state = WAITING_FOR_DAEMONS.into();
+        self.emit(Output::State {
+            id,
+            state: WAITING_FOR_DAEMONS,
+            code: WAITING_FOR_DAEMONS_CODE,
+        });
+    }
+
+    /// Maps a job that was held at the map-eligible boundary; one that cannot be placed
+    /// any more ends.
+    fn map_job(&mut self, roster: &Roster, id: JobId) {
+        let Some(want) = self.jobs.get(&id).map(|j| j.want.clone()) else {
+            return;
+        };
+        match map(roster, &want) {
+            Ok(p) => {
+                self.place(id, p);
+                self.mapped.push_back(id);
+            }
+            Err(e) => self.end_unlaunched(id, format!("map: {e}")),
+        }
+    }
+
+    fn place(&mut self, id: JobId, p: Placement) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.ranks = p.ranks();
+            j.spec.placement = p.clone();
+            j.report.placement = p;
+            j.stage = Stage::Mapped;
+        }
+    }
+
+    /// Sends job `id`'s launch data, mapping it again first if a rank it was placed on can
+    /// no longer run it (it departed, is departing or was lost while the job waited).
+    fn launch(&mut self, roster: &Roster, id: JobId) {
+        let Some(j) = self.jobs.get(&id) else {
+            return;
+        };
+        let compute: IdSet = roster.compute_ranks().into_iter().collect();
+        if !j.ranks.difference(&compute).is_empty() {
+            let want = j.want.clone();
+            match map(roster, &want) {
+                Ok(p) => self.place(id, p),
+                Err(e) => return self.end_unlaunched(id, format!("remap: {e}")),
+            }
+        }
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        j.stage = Stage::Launched;
+        j.launching = true;
+        j.report.state = "STARTING".into();
+        let (link, userid, ranks, spec) = (j.tool, j.userid, j.ranks.clone(), j.spec.clone());
+        self.launching += 1;
         self.persist();
-        self.reply(link, ToolReply::Submitted { id, placement });
+        if let Some(link) = link {
+            self.reply(
+                link,
+                ToolReply::Submitted {
+                    id,
+                    placement: spec.placement.clone(),
+                },
+            );
+        }
         self.emit(Output::Exec(exec::Input::Submit {
             id,
-            userid: job.userid,
+            userid,
             ranks,
             spec,
         }));
     }
 
+    /// Ends a job that never launched: nothing ran, so nothing is released; its submitter
+    /// and the job-end event hear why.
+    fn end_unlaunched(&mut self, id: JobId, exception: String) {
+        self.unmapped.retain(|j| *j != id);
+        self.mapped.retain(|j| *j != id);
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if j.stage == Stage::Launched || j.report.state == "INACTIVE" {
+            return;
+        }
+        j.report.state = "INACTIVE".into();
+        j.report.exception = Some(exception.clone());
+        let tool = j.tool.take();
+        // No process ran: no wait status, the exception says what happened.
+        let status = 0;
+        if let Some(link) = tool {
+            self.reply(
+                link,
+                ToolReply::JobEnded {
+                    id,
+                    status,
+                    exception: Some(exception.clone()),
+                },
+            );
+        }
+        self.emit(Output::Ended {
+            id,
+            status,
+            exception: Some(exception),
+        });
+    }
+
+    /// A launch is over (the job started or ended): the next waiting one may go.
+    fn launched(&mut self, roster: &Roster, id: JobId) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            if j.launching {
+                j.launching = false;
+                self.launching -= 1;
+            }
+        }
+        self.admit(roster);
+    }
+
     fn kill(&mut self, link: LinkId, id: JobId, signal: i32) {
-        if !self.jobs.contains_key(&id) {
+        let Some(j) = self.jobs.get(&id) else {
             return self.error(link, format!("no job {id}"));
+        };
+        if j.stage != Stage::Launched {
+            // Nothing runs yet: any signal ends it, as a cancellation.
+            self.end_unlaunched(id, "cancel: killed by a tool before it launched".into());
+            return self.reply(link, ToolReply::Signalled { id });
         }
         // SIGKILL is the job's end: a fatal exception, as the RFC has it for cancellation.
         self.emit(Output::Exec(if signal == 9 {
@@ -344,9 +625,10 @@ impl JobManager {
         self.emit(Output::Exec(exec::Input::Stdin { id, data, eof }));
     }
 
-    fn on_event(&mut self, e: JobEvent) {
+    fn on_event(&mut self, roster: &Roster, e: JobEvent) {
         match e {
             JobEvent::Started { id } => {
+                self.launched(roster, id);
                 let limit = self.jobs.get_mut(&id).and_then(|j| {
                     j.report.state = "RUNNING".into();
                     j.time_limit_ms
@@ -400,6 +682,7 @@ impl JobManager {
                     exception,
                 });
                 self.persist();
+                self.launched(roster, id);
             }
             JobEvent::StdinAck { id, bytes } => {
                 if let Some(link) = self.jobs.get(&id).and_then(|j| j.tool) {
@@ -442,10 +725,12 @@ impl JobManager {
     }
 
     fn persist(&mut self) {
+        // A job not yet launched is not kept: its submitter's connection ends with this
+        // controller, and nothing of it runs to be recovered.
         let live = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.report.state != "INACTIVE")
+            .filter(|(_, j)| j.report.state != "INACTIVE" && j.stage == Stage::Launched)
             .map(|(id, j)| Persisted {
                 id: *id,
                 userid: j.userid,
@@ -765,5 +1050,208 @@ mod tests {
                 ..
             }
         )));
+    }
+
+    fn submitted(out: &[Output]) -> Vec<JobId> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Exec(exec::Input::Submit { id, .. }) => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    const HOLD_ALL: Fence = Fence {
+        map_open: false,
+        launch_open: false,
+    };
+    const HOLD_MAP: Fence = Fence {
+        map_open: false,
+        launch_open: true,
+    };
+
+    #[test]
+    fn a_job_submitted_during_a_campaign_waits_unmapped_in_state_17_and_launches_when_it_ends() {
+        let mut m = mgr();
+        let r = wired(&[1, 2, 3]);
+        m.handle(&r, Input::Fence(HOLD_MAP));
+        let out = m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(2, MapBy::Node, None),
+            },
+        );
+        assert_eq!(
+            out,
+            vec![Output::State {
+                id: 1,
+                state: WAITING_FOR_DAEMONS,
+                code: 17
+            }],
+            "held: no placement, no launch, no answer yet"
+        );
+        let out = m.handle(&r, Input::Jobs { link: 6 });
+        assert!(
+            matches!(&out[0], Output::Reply { reply: ToolReply::Job(j), .. } if j.state == WAITING_FOR_DAEMONS && j.placement.nprocs == 0)
+        );
+        // The grow brought rank 3 in: the held job is mapped onto the DVM as it is now.
+        let out = m.handle(&r, Input::Fence(Fence::OPEN));
+        assert_eq!(submitted(&out), vec![1]);
+        assert!(out.iter().any(|o| matches!(o, Output::Reply { link: 5, reply: ToolReply::Submitted { id: 1, placement } } if placement.ranks() == IdSet::range(1, 2))));
+        assert_eq!(m.busy(), IdSet::range(1, 2));
+    }
+
+    #[test]
+    fn a_mapped_job_held_at_the_launch_boundary_is_remapped_off_a_departed_rank() {
+        let mut m = mgr();
+        m.set_max_launching(1);
+        let mut r = wired(&[1, 2, 3]);
+        let out = m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, Some(vec!["n01".into()])),
+            },
+        );
+        assert_eq!(submitted(&out), vec![1]);
+        let out = m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(3, MapBy::Node, None),
+            },
+        );
+        assert!(
+            submitted(&out).is_empty(),
+            "its turn comes after job 1 started"
+        );
+        let out = m.handle(&r, Input::Fence(HOLD_ALL));
+        assert_eq!(
+            out,
+            vec![Output::State {
+                id: 2,
+                state: WAITING_FOR_DAEMONS,
+                code: 17
+            }]
+        );
+        let out = m.handle(&r, Input::Event(JobEvent::Started { id: 1 }));
+        assert!(
+            submitted(&out).is_empty(),
+            "a shrink holds the launch boundary"
+        );
+        r.set(2, State::Departing);
+        r.depart(2);
+        let out = m.handle(&r, Input::Fence(Fence::OPEN));
+        let ranks = out.iter().find_map(|o| match o {
+            Output::Exec(exec::Input::Submit { id: 2, ranks, .. }) => Some(ranks.clone()),
+            _ => None,
+        });
+        assert_eq!(
+            ranks,
+            Some([1, 3].into_iter().collect()),
+            "remapped onto survivors: {out:?}"
+        );
+    }
+
+    #[test]
+    fn a_grow_failure_ends_the_unmapped_jobs_and_leaves_those_held_at_launch() {
+        let mut m = mgr();
+        m.set_max_launching(1);
+        let r = wired(&[1, 2]);
+        m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        m.handle(&r, Input::Fence(HOLD_ALL));
+        m.handle(
+            &r,
+            Input::Submit {
+                link: 6,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        let out = m.handle(
+            &r,
+            Input::AbortParked {
+                launch_too: false,
+                cause: "grow-failed: x".into(),
+            },
+        );
+        assert_eq!(
+            out,
+            vec![
+                Output::Reply {
+                    link: 6,
+                    reply: ToolReply::JobEnded {
+                        id: 3,
+                        status: 0,
+                        exception: Some("grow-failed: x".into())
+                    }
+                },
+                Output::Ended {
+                    id: 3,
+                    status: 0,
+                    exception: Some("grow-failed: x".into())
+                },
+            ]
+        );
+        let out = m.handle(
+            &r,
+            Input::AbortParked {
+                launch_too: true,
+                cause: "dvm-stopped".into(),
+            },
+        );
+        assert!(out.iter().any(|o| matches!(o, Output::Ended { id: 2, .. })));
+        assert!(submitted(&out).is_empty());
+        let out = m.handle(&r, Input::Fence(Fence::OPEN));
+        assert!(submitted(&out).is_empty(), "an ended job never launches");
+    }
+
+    #[test]
+    fn a_held_job_is_killed_without_anything_to_signal_and_one_whose_hosts_all_left_ends() {
+        let mut m = mgr();
+        let mut r = wired(&[1, 2]);
+        m.handle(&r, Input::Fence(HOLD_MAP));
+        m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, Some(vec!["n02".into()])),
+            },
+        );
+        let out = m.handle(
+            &r,
+            Input::Kill {
+                link: 7,
+                id: 1,
+                signal: 15,
+            },
+        );
+        assert!(out.iter().any(|o| matches!(o, Output::Ended { id: 1, exception: Some(e), .. } if e.starts_with("cancel"))));
+        assert!(!out.iter().any(|o| matches!(o, Output::Exec(_))), "{out:?}");
+        r.set(2, State::Departing);
+        r.depart(2);
+        let out = m.handle(&r, Input::Fence(Fence::OPEN));
+        assert!(out.iter().any(|o| matches!(o, Output::Ended { id: 2, exception: Some(e), .. } if e.contains("host n02 is not in the DVM"))), "{out:?}");
+        assert!(submitted(&out).is_empty());
     }
 }

@@ -77,6 +77,15 @@ impl Placement {
         }
     }
 
+    /// The placement of a job not mapped yet: no process anywhere.
+    pub fn unmapped(map_by: MapBy) -> Placement {
+        Placement {
+            map_by,
+            nprocs: 0,
+            nodes: RankList(Vec::new()),
+        }
+    }
+
     fn per_slot(&self) -> u32 {
         let len = self.nodes.0.len().max(1) as u32;
         self.nprocs.div_ceil(len).max(1)

@@ -78,6 +78,8 @@ pub fn log_path(p: &Prepared) -> Option<PathBuf> {
 struct StateLogging {
     job: bool,
     proc: bool,
+    /// `state_base_verbose` ≥ 1: every job state the controller enters.
+    jobs: bool,
 }
 
 /// Messages into the core's task.
@@ -207,10 +209,12 @@ pub async fn run(
         Role::Controller => StateLogging {
             job: s.controller_log_job_state,
             proc: s.controller_log_proc_state,
+            jobs: s.state_verbose >= 1 || s.controller_log_job_state,
         },
         Role::Daemon => StateLogging {
             job: s.prted_log_job_state,
             proc: s.prted_log_proc_state,
+            jobs: s.state_verbose >= 1,
         },
     };
     info!(
@@ -365,6 +369,11 @@ pub async fn run(
                     }
                 }
                 Output::Log(l) => warn!("{l}"),
+                Output::JobState { id, state, code } => {
+                    if states.jobs {
+                        info!("job {id} state {state} ({code})");
+                    }
+                }
             }
         }
         // Local job output is taken in only while every link has room for it; the job

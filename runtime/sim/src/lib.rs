@@ -434,7 +434,8 @@ impl Sim {
             }
             // The simulated jobs use no barriers and take no stdin.
             Output::Shell(ShellCommand::BarrierDone { .. } | ShellCommand::Stdin { .. })
-            | Output::Persist(_) => {}
+            | Output::Persist(_)
+            | Output::JobState { .. } => {}
             Output::Log(l) => {
                 if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
                     eprintln!("{:>6} ms r{r}: {l}", self.now);

@@ -36,6 +36,11 @@ pub const LAUNCH_AGENT_PARAM: &str = "plm_ssh_agent";
 /// Seconds a new daemon has to report in after its launch before the grow fails; also how
 /// long a shrink target has to leave before it is cut off (an extension).
 pub const LAUNCH_TIMEOUT_PARAM: &str = "dvmlab_launch_timeout";
+/// PRRTE's verbosity of job state changes: from 1 on, every job state the controller
+/// enters is logged, `WAITING FOR DAEMON CAMPAIGN` included.
+pub const STATE_VERBOSE_PARAM: &str = "state_base_verbose";
+/// At most this many jobs launching at once; the rest wait, mapped, for their turn.
+pub const MAX_LAUNCHING_PARAM: &str = "dvmlab_max_launching";
 
 /// `prte.conf` keys that seed an MCA parameter, and that parameter's name. For these the
 /// command line beats the file, and the file beats the environment.
@@ -206,6 +211,10 @@ pub struct Settings {
     pub launch_agent: Vec<String>,
     /// [`LAUNCH_TIMEOUT_PARAM`].
     pub launch_timeout: Duration,
+    /// [`STATE_VERBOSE_PARAM`].
+    pub state_verbose: u32,
+    /// [`MAX_LAUNCHING_PARAM`]; `None`: no limit but the live jobs'.
+    pub max_launching: Option<usize>,
     pub dvm_temp_dir: PathBuf,
     /// `SessionTmpDir`, a template (see [`expand_template`]).
     pub session_tmp_dir: Option<String>,
@@ -349,6 +358,25 @@ impl Settings {
             None => Duration::from_secs(60),
         }
         .max(Duration::from_millis(100));
+        let state_verbose = params
+            .get(STATE_VERBOSE_PARAM)
+            .map(|(v, o)| {
+                v.parse::<u32>()
+                    .map_err(|_| bad_value(&o, "state_base_verbose must be a level from 0 up", v))
+            })
+            .transpose()?
+            .unwrap_or(0);
+        let max_launching = params
+            .get(MAX_LAUNCHING_PARAM)
+            .map(|(v, o)| match v.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err(bad_value(
+                    &o,
+                    "dvmlab_max_launching must be a number of jobs from 1 up",
+                    v,
+                )),
+            })
+            .transpose()?;
         let flag = |key: &str| -> Result<bool, Diagnostic> {
             r.file(key)
                 .map(|(v, o)| parse_bool(&v, &o))
@@ -381,6 +409,8 @@ impl Settings {
             elastic,
             launch_agent,
             launch_timeout,
+            state_verbose,
+            max_launching,
             dvm_temp_dir: r
                 .file("DVMTempDir")
                 .map(|x| PathBuf::from(x.0))
@@ -734,6 +764,15 @@ mod tests {
         assert_eq!(s.launch_timeout, Duration::from_millis(2500));
         let e = settings(MIN, &[("prte_elastic_mode", "maybe")], &[]).unwrap_err();
         assert!(e.to_string().contains("prte_elastic_mode"), "{e}");
+        let e = settings(MIN, &[("dvmlab_max_launching", "0")], &[]).unwrap_err();
+        assert!(e.to_string().contains("dvmlab_max_launching"), "{e}");
+        let s = settings(
+            MIN,
+            &[("state_base_verbose", "1"), ("dvmlab_max_launching", "2")],
+            &[],
+        )
+        .unwrap();
+        assert_eq!((s.state_verbose, s.max_launching), (1, Some(2)));
         let e = settings(MIN, &[("plm_ssh_agent", "  ")], &[]).unwrap_err();
         assert!(
             e.to_string().contains("plm_ssh_agent must name a command"),
