@@ -257,6 +257,17 @@ impl Campaigns {
             }
             Input::Teardown => self.teardown(&mut out),
         }
+        // Any input may have moved a shrink on: one target's departure can be the last
+        // survivor another shrink waits to see re-routed (it will never report again).
+        let shrinks: Vec<CampaignId> = self
+            .campaigns
+            .iter()
+            .filter(|(_, c)| c.kind == Kind::Shrink && c.releasing.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in shrinks {
+            self.shrink_progress(roster, id, &mut out);
+        }
         self.update_fence(&mut out);
         self.check(roster);
         out
@@ -1219,6 +1230,26 @@ mod tests {
                 .any(|o| matches!(o, Output::OfferRelease { component: 0, .. })),
             "{out:?}"
         );
+    }
+
+    /// Found by the model checker: a shrink of rank 1 waited for rank 3 (its child) to
+    /// re-route, but rank 3 left in a shrink of its own, so it never would; only a repeated
+    /// departure report then moved the first shrink on.
+    #[test]
+    fn a_shrink_waiting_for_a_survivor_to_reroute_goes_on_when_that_survivor_departs_instead() {
+        let (mut c, mut roster) = dvm();
+        c.handle(&mut roster, req(7, Directive::Release, &["h1"], true));
+        c.handle(&mut roster, req(8, Directive::Release, &["h3"], true));
+        c.handle(&mut roster, Input::Lost(ids(&[1])));
+        let out = c.handle(&mut roster, Input::Lost(ids(&[3])));
+        let offered: Vec<CampaignId> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::OfferRelease { campaign, .. } => Some(*campaign),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(offered, vec![2, 1], "{out:?}");
     }
 
     #[test]

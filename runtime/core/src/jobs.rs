@@ -148,7 +148,7 @@ struct Job {
 }
 
 /// See the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct JobManager {
     next_id: JobId,
     jobs: BTreeMap<JobId, Job>,
@@ -449,12 +449,24 @@ impl JobManager {
             };
             self.launch(roster, id);
         }
-        if !self.fence.launch_open {
-            let held: Vec<JobId> = self.mapped.iter().copied().collect();
-            for id in held {
+        let held: Vec<JobId> = self.mapped.iter().copied().collect();
+        for id in held {
+            if self.fence.launch_open {
+                // Only its turn to launch keeps it now, no campaign: it is starting.
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.report.state = "STARTING".into();
+                }
+            } else {
                 self.park(id);
             }
         }
+    }
+
+    /// Every job the manager remembers, with its state.
+    pub fn states(&self) -> impl Iterator<Item = (JobId, &str)> {
+        self.jobs
+            .iter()
+            .map(|(id, j)| (*id, j.report.state.as_str()))
     }
 
     /// Shows job `id` as held for a campaign (once).

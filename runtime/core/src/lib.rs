@@ -9,6 +9,7 @@ pub mod campaign;
 pub mod conf;
 pub mod daemon_core;
 pub mod diag;
+pub mod elastic;
 pub mod event;
 pub mod exec;
 pub mod hostname;

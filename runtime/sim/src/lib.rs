@@ -6,6 +6,7 @@
 //! at the end. No sockets, no clocks: every run is reproducible from the proptest seed, and
 //! every minimal failing case found is kept below as a named test.
 
+pub mod elastic_model;
 pub mod events;
 
 use std::cmp::Reverse;
