@@ -143,6 +143,10 @@ pub enum Output {
     },
     /// A line for the controller's log.
     Log(String),
+    /// These ranks were lost, and it is nothing to do with a size change: the jobs on them
+    /// fail as on any daemon loss. (A survivor cut off while a shrink re-routes the tree is
+    /// held back until it reports again or the shrink's time is up.)
+    Lost(IdSet),
 }
 
 /// How the controller runs campaigns.
@@ -173,6 +177,8 @@ struct Campaign {
     releasing: Option<usize>,
     /// Shrink: the targets' hosts, for the release cycle.
     hosts: Vec<String>,
+    /// Shrink: survivors lost while the tree re-routes, not yet reported as lost.
+    withheld: IdSet,
 }
 
 /// See the module documentation.
@@ -495,6 +501,7 @@ impl Campaigns {
                 repair: IdSet::new(),
                 releasing: None,
                 hosts: Vec::new(),
+                withheld: IdSet::new(),
             },
         );
     }
@@ -563,6 +570,7 @@ impl Campaigns {
                 repair,
                 releasing: None,
                 hosts,
+                withheld: IdSet::new(),
             },
         );
         self.shrink_progress(roster, id, out);
@@ -600,6 +608,7 @@ impl Campaigns {
                     }
                 }
                 Kind::Shrink => {
+                    c.withheld = c.withheld.difference(ranks);
                     if c.releasing.is_none() && ranks.intersects(&c.repair) {
                         self.shrink_progress(roster, id, out);
                     }
@@ -609,6 +618,7 @@ impl Campaigns {
     }
 
     fn lost(&mut self, roster: &mut Roster, ranks: &IdSet, out: &mut Vec<Output>) {
+        let mut ordinary = IdSet::new();
         for rank in ranks.iter() {
             if let Some(id) = self.pending_grow_of(rank) {
                 let cause = format!(
@@ -632,8 +642,23 @@ impl Campaigns {
                     c.done.insert(rank);
                 }
                 self.shrink_progress(roster, id, out);
+                continue;
             }
-            // Any other loss concerns no campaign: it neither completes nor fails one.
+            // Any other loss concerns no campaign: it neither completes nor fails one. A rank
+            // that departed is no loss at all (its route going is old news).
+            if roster.state(rank) == Some(State::Departed) {
+                continue;
+            }
+            let repairing = self.campaigns.values_mut().find(|c| {
+                c.kind == Kind::Shrink && c.releasing.is_none() && c.repair.contains(rank)
+            });
+            match repairing {
+                Some(c) => c.withheld.insert(rank),
+                None => ordinary.insert(rank),
+            }
+        }
+        if !ordinary.is_empty() {
+            out.push(Output::Lost(ordinary));
         }
     }
 
@@ -670,6 +695,10 @@ impl Campaigns {
                     // Survivors still unreachable are ordinary losses now, not this
                     // campaign's to wait for.
                     c.repair = IdSet::new();
+                    let withheld = std::mem::take(&mut c.withheld);
+                    if !withheld.is_empty() {
+                        out.push(Output::Lost(withheld));
+                    }
                 }
                 if !unrepaired.is_empty() {
                     out.push(Output::Log(format!(
@@ -1132,7 +1161,11 @@ mod tests {
         c.handle(&mut roster, req(8, Directive::Release, &["h3"], true));
         roster.set(2, State::Lost);
         let out = c.handle(&mut roster, Input::Lost(ids(&[2])));
-        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(
+            out,
+            vec![Output::Lost(ids(&[2]))],
+            "an ordinary loss, for the jobs on it"
+        );
         assert_eq!(c.in_progress().count(), 2);
     }
 
@@ -1222,6 +1255,10 @@ mod tests {
         assert!(
             !out.iter().any(|o| matches!(o, Output::OfferRelease { .. })),
             "{out:?}"
+        );
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::Lost(_))),
+            "re-routing is not a loss: the jobs on rank 3 go on: {out:?}"
         );
         roster.set(3, State::Wired);
         let out = c.handle(&mut roster, Input::Wired(ids(&[3])));

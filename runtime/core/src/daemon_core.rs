@@ -9,16 +9,18 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
+use crate::campaign::{self, Campaigns};
 use crate::event::hub::{self, EventHub};
 use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
 use crate::jobs::{self, JobManager, Persisted};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
 use crate::tree::Rank;
 use dvmlab_proto::event::{
-    job_nspace, Audience, Event, Info, Level, Travelling, ERR_PROC_ABORTED, EVENT_JOB_END,
-    EVENT_NODE_DOWN, EVENT_PROC_TERMINATED,
+    job_nspace, Audience, Event, Info, Level, Travelling, ALLOC_ID, ALLOC_REQ_ID, ERR_PROC_ABORTED,
+    EVENT_JOB_END, EVENT_NODE_DOWN, EVENT_PROC_TERMINATED, JOB_TERM_STATUS,
 };
-use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply, ToolRequest};
+use dvmlab_proto::idset::IdSet;
+use dvmlab_proto::wire::{DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup};
 
 /// The current time: monotonic for timers and liveness, wall-clock for what is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,6 +38,15 @@ pub enum Input {
     Shell(exec::Input),
     /// A job's time limit is up.
     JobLimit(JobId),
+    /// Controller: the launch agent of new daemon `rank` exited with this wait status.
+    LaunchExited { rank: Rank, status: i32 },
+    /// Controller: release component `component` finished with a shrink's hosts.
+    ReleaseDone {
+        campaign: campaign::CampaignId,
+        component: usize,
+    },
+    /// Controller: a campaign's time is up.
+    CampaignTimeout(campaign::CampaignId),
 }
 
 /// A timer the core asks for; it comes back as an input.
@@ -43,6 +54,7 @@ pub enum Input {
 pub enum Timer {
     Net(overlay::Timer),
     JobLimit(JobId),
+    Campaign(campaign::CampaignId),
 }
 
 /// Something for the shell to do.
@@ -66,6 +78,27 @@ pub enum Output {
         state: &'static str,
         code: u32,
     },
+    /// Controller: start a daemon of `rank` on `host` through the launch agent; it joins
+    /// with `membership` (report its agent's exit as [`Input::LaunchExited`]).
+    Launch {
+        rank: Rank,
+        host: String,
+        membership: Wireup,
+    },
+    /// Controller: stop what the launch of `rank` left running.
+    KillLaunch {
+        rank: Rank,
+    },
+    /// Controller: offer release component `component` (`name`) the hosts a shrink freed;
+    /// answer with [`Input::ReleaseDone`].
+    Release {
+        campaign: campaign::CampaignId,
+        component: usize,
+        name: String,
+        hosts: Vec<String>,
+    },
+    /// Worth an informational line in the log.
+    Info(String),
 }
 
 enum Work {
@@ -73,6 +106,7 @@ enum Work {
     Exec(exec::Input),
     Mgr(jobs::Input),
     Event(hub::Input),
+    Camp(campaign::Input),
 }
 
 /// See the module documentation.
@@ -81,6 +115,8 @@ pub struct DaemonCore {
     node: Node,
     exec: JobExec,
     mgr: Option<JobManager>,
+    /// The controller in elastic mode: grows and shrinks in progress.
+    campaigns: Option<Campaigns>,
     /// PMIx events: the clients of this node, and events over the tree.
     events: EventHub,
     /// The DVM's namespace (jobs' namespaces derive from it).
@@ -114,6 +150,7 @@ impl DaemonCore {
             node: Node::new(cfg),
             exec: JobExec::new(me, controller, tree),
             mgr: None,
+            campaigns: None,
             up: None,
             formed_at_unix_ms: None,
             signalled: BTreeSet::new(),
@@ -133,6 +170,21 @@ impl DaemonCore {
 
     pub fn rank(&self) -> Rank {
         self.node.rank()
+    }
+
+    /// Controller: makes the DVM elastic (`Some`: how campaigns run) and limits how many
+    /// jobs launch at once. Without elastic mode, grow and shrink requests are refused.
+    pub fn configure_controller(
+        &mut self,
+        elastic: Option<campaign::Config>,
+        max_launching: Option<usize>,
+    ) {
+        if let Some(m) = self.mgr.as_mut() {
+            if let Some(n) = max_launching {
+                m.set_max_launching(n);
+            }
+            self.campaigns = elastic.map(Campaigns::new);
+        }
     }
 
     /// The overlay (membership, routes, formation), for status and invariants.
@@ -160,6 +212,17 @@ impl DaemonCore {
             }
             Input::Shell(i) => Work::Exec(i),
             Input::JobLimit(id) => Work::Mgr(jobs::Input::TimeLimit(id)),
+            Input::LaunchExited { rank, status } => {
+                Work::Camp(campaign::Input::LaunchExited { rank, status })
+            }
+            Input::ReleaseDone {
+                campaign,
+                component,
+            } => Work::Camp(campaign::Input::ReleaseDone {
+                campaign,
+                component,
+            }),
+            Input::CampaignTimeout(id) => Work::Camp(campaign::Input::Timeout(id)),
         };
         self.run(now, VecDeque::from([first]));
         std::mem::take(&mut self.out)
@@ -170,6 +233,24 @@ impl DaemonCore {
         let mut s = self.node.status();
         s.formed_at_unix_ms = self.formed_at_unix_ms;
         s.job_messages = Some(self.counters());
+        if let Some(c) = &self.campaigns {
+            s.elastic = true;
+            s.campaigns = c
+                .in_progress()
+                .map(
+                    |(id, kind, targets, done, alloc)| dvmlab_proto::contract::CampaignStatus {
+                        id,
+                        kind: match kind {
+                            campaign::Kind::Grow => "grow".into(),
+                            campaign::Kind::Shrink => "shrink".into(),
+                        },
+                        targets: targets.iter().collect(),
+                        done: done.iter().collect(),
+                        alloc_id: alloc.to_string(),
+                    },
+                )
+                .collect();
+        }
         s
     }
 
@@ -201,6 +282,18 @@ impl DaemonCore {
                         self.event_output(o);
                     }
                 }
+                Work::Camp(i) => {
+                    let (Some(c), Some(m)) = (self.campaigns.as_mut(), self.mgr.as_mut()) else {
+                        continue;
+                    };
+                    let step = crate::elastic::step(c, self.node.roster_mut(), m, i);
+                    for o in step.jobs {
+                        self.mgr_output(o, &mut work);
+                    }
+                    for o in step.campaign {
+                        self.camp_output(o, &mut work);
+                    }
+                }
             }
         }
     }
@@ -211,6 +304,13 @@ impl DaemonCore {
                 match &io {
                     Io::Note(Note::DvmReady { .. }) => self.formed_at_unix_ms = Some(now.unix_ms),
                     Io::Note(Note::DvmIncomplete { .. }) => self.formed_at_unix_ms = None,
+                    // The controller began to stop the DVM: every size change in progress
+                    // fails and every held job ends.
+                    Io::Note(Note::JobState {
+                        state: "TERMINATING",
+                    }) if self.campaigns.is_some() => {
+                        work.push_back(Work::Camp(campaign::Input::Teardown))
+                    }
                     _ => {}
                 }
                 Output::Net(io)
@@ -219,11 +319,21 @@ impl DaemonCore {
                 timer: Timer::Net(timer),
                 delay,
             },
+            overlay::Output::Exec(exec::Input::Lost(ranks)) if self.campaigns.is_some() => {
+                // The campaign core tells a departure or a failed launch from a daemon loss.
+                return work.push_back(Work::Camp(campaign::Input::Lost(ranks)));
+            }
             overlay::Output::Exec(i) => {
                 if let exec::Input::Lost(ranks) = &i {
                     self.nodes_down(ranks, work);
                 }
                 return work.push_back(Work::Exec(i));
+            }
+            overlay::Output::Wired(ranks) => {
+                if self.campaigns.is_some() {
+                    work.push_back(Work::Camp(campaign::Input::Wired(ranks)));
+                }
+                return;
             }
             overlay::Output::JobTool { link, req } => return self.job_tool(link, req, work),
             overlay::Output::StatusFor { link } => {
@@ -269,6 +379,9 @@ impl DaemonCore {
                 data,
                 eof,
             },
+            ToolRequest::Alloc { .. } | ToolRequest::Grow { .. } | ToolRequest::Shrink { .. } => {
+                return self.elastic_request(link, req, work)
+            }
             other => {
                 return self
                     .out
@@ -276,6 +389,135 @@ impl DaemonCore {
             }
         };
         work.push_back(Work::Mgr(input));
+    }
+
+    /// Controller: a grow, shrink or allocation request. A fixed-size DVM refuses it.
+    fn elastic_request(&mut self, link: LinkId, req: ToolRequest, work: &mut VecDeque<Work>) {
+        if self.campaigns.is_none() {
+            let reply = ToolReply::Error {
+                message: "this DVM is fixed-size: it grows and shrinks only in elastic mode (prte_elastic_mode)".into(),
+            };
+            return work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
+        }
+        let origin = |requester, wait| campaign::Origin {
+            link,
+            requester,
+            wait,
+        };
+        let request = match req {
+            ToolRequest::Alloc {
+                directive,
+                hosts,
+                alloc_id,
+                req_id,
+            } => campaign::Request {
+                origin: origin(Some(self.node.tool_proc(link)), false),
+                directive,
+                hosts,
+                alloc_id,
+                req_id,
+                busy: IdSet::new(),
+            },
+            ToolRequest::Grow { hosts, wait } => campaign::Request {
+                origin: origin(None, wait),
+                directive: Directive::New,
+                hosts,
+                alloc_id: None,
+                req_id: None,
+                busy: IdSet::new(),
+            },
+            ToolRequest::Shrink { hosts, wait } => campaign::Request {
+                origin: origin(None, wait),
+                directive: Directive::Release,
+                hosts,
+                alloc_id: None,
+                req_id: None,
+                busy: IdSet::new(),
+            },
+            _ => return,
+        };
+        work.push_back(Work::Camp(campaign::Input::Request(request)));
+    }
+
+    fn camp_output(&mut self, o: campaign::Output, work: &mut VecDeque<Work>) {
+        let out = match o {
+            campaign::Output::Reply { link, reply } => {
+                return work.push_back(Work::Node(overlay::Input::Reply { link, reply }))
+            }
+            campaign::Output::Membership => {
+                return work.push_back(Work::Node(overlay::Input::Membership))
+            }
+            campaign::Output::Depart { rank } => {
+                return work.push_back(Work::Node(overlay::Input::Depart(rank)))
+            }
+            campaign::Output::CutOff { rank } => {
+                return work.push_back(Work::Node(overlay::Input::CutOff(rank)))
+            }
+            campaign::Output::Lost(ranks) => {
+                self.nodes_down(&ranks, work);
+                return work.push_back(Work::Exec(exec::Input::Lost(ranks)));
+            }
+            campaign::Output::Terminal {
+                requester,
+                code,
+                alloc_id,
+                req_id,
+                cause,
+            } => {
+                let mut info = vec![Info {
+                    key: ALLOC_ID.into(),
+                    value: serde_json::json!(alloc_id),
+                }];
+                if let Some(r) = req_id {
+                    info.push(Info {
+                        key: ALLOC_REQ_ID.into(),
+                        value: serde_json::json!(r),
+                    });
+                }
+                if let Some(c) = cause {
+                    info.push(Info {
+                        key: JOB_TERM_STATUS.into(),
+                        value: serde_json::json!(c),
+                    });
+                }
+                return work.push_back(Work::Event(hub::Input::Raise(Travelling {
+                    audience: Audience::Procs {
+                        procs: vec![requester],
+                    },
+                    event: Event {
+                        code,
+                        source: None,
+                        info,
+                        level: Level::Job,
+                    },
+                })));
+            }
+            campaign::Output::Launch { rank, host } => Output::Launch {
+                rank,
+                host,
+                membership: self.node.roster().wireup(),
+            },
+            campaign::Output::KillLaunch { rank } => Output::KillLaunch { rank },
+            campaign::Output::OfferRelease {
+                campaign,
+                component,
+                name,
+                hosts,
+            } => Output::Release {
+                campaign,
+                component,
+                name,
+                hosts,
+            },
+            campaign::Output::SetTimer { campaign, delay } => Output::SetTimer {
+                timer: Timer::Campaign(campaign),
+                delay,
+            },
+            campaign::Output::Log(l) => Output::Info(l),
+            // Composed in `elastic::step`, before anything else of the step.
+            campaign::Output::Fence(_) | campaign::Output::AbortParked { .. } => return,
+        };
+        self.out.push(out);
     }
 
     fn exec_output(&mut self, o: exec::Output, work: &mut VecDeque<Work>) {

@@ -21,6 +21,8 @@ pub struct Membership {
     pub hosts: Vec<String>,
     /// Where each rank's host was named, for diagnostics.
     pub origins: Vec<Origin>,
+    /// Ranks that left the DVM (known to a daemon the controller launched later).
+    pub departed: std::collections::BTreeSet<Rank>,
     keep_fqdn: bool,
 }
 
@@ -52,8 +54,32 @@ impl Membership {
             controller_listed,
             hosts,
             origins,
+            departed: Default::default(),
             keep_fqdn: s.keep_fqdn,
         }
+    }
+
+    /// A daemon the controller launched into a grown DVM: the ranks added since `prte.conf`
+    /// (this one among them) and those departed, as the launch told it (`origin`).
+    pub fn join(&mut self, w: &crate::roster::Wireup, origin: &Origin) -> Result<(), String> {
+        for (r, host) in &w.added {
+            match self.hosts.get(*r as usize) {
+                Some(h) if h == host => {}
+                Some(h) => return Err(format!("rank {r} is {h} in prte.conf, not {host}")),
+                None if *r as usize == self.hosts.len() => {
+                    self.hosts.push(host.clone());
+                    self.origins.push(origin.clone());
+                }
+                None => {
+                    return Err(format!(
+                        "rank {r} does not follow on from the {} ranks known",
+                        self.hosts.len()
+                    ))
+                }
+            }
+        }
+        self.departed.extend(w.departed.iter());
+        Ok(())
     }
 
     /// Daemons in the DVM: `N` when the controller is listed in `DVMNodes`, else `N + 1`.
@@ -68,6 +94,7 @@ impl Membership {
     /// The ranks whose configured host is this host.
     fn ranks_of(&self, local: &LocalHost) -> Vec<Rank> {
         (0..self.size())
+            .filter(|r| !self.departed.contains(r))
             .filter(|&r| local.is(&self.hosts[r as usize], self.keep_fqdn))
             .collect()
     }

@@ -152,11 +152,13 @@ impl Roster {
         self.len() - self.count(State::Departed)
     }
 
-    /// Whether every member that has not departed is wired.
+    /// Whether every member that has not departed is wired; a grow in progress does not
+    /// count until it completes (the DVM it grows stays formed meanwhile).
     pub fn formed(&self) -> bool {
-        self.members
-            .iter()
-            .all(|m| matches!(m.state, State::Wired | State::Departed))
+        self.members.iter().all(|m| {
+            matches!(m.state, State::Wired | State::Departed | State::Departing)
+                || m.campaign.is_some()
+        })
     }
 
     /// Ranks that may run job processes, in rank order: the wired ones not part of a grow in
@@ -426,7 +428,7 @@ mod tests {
         assert_eq!(ctl.add("n3", 7), Ok(3));
         assert_eq!(ctl.add("n4", 7), Ok(4));
         assert!(ctl.epoch() > e0);
-        assert!(!ctl.formed(), "a new rank is expected");
+        assert!(ctl.formed(), "a grow in progress leaves the DVM formed");
         ctl.set(3, State::Wired);
         assert_eq!(
             ctl.compute_ranks(),

@@ -37,6 +37,8 @@ pub struct Uplink {
     target: Rank,
     since: Duration,
     failures: u32,
+    /// Ancestors that left the DVM (or are leaving it): never tried again.
+    gone: std::collections::BTreeSet<Rank>,
 }
 
 impl Uplink {
@@ -51,6 +53,7 @@ impl Uplink {
             target: tree.parent(me).unwrap_or(0),
             since: Duration::ZERO,
             failures: 0,
+            gone: std::collections::BTreeSet::new(),
         }
     }
 
@@ -74,8 +77,24 @@ impl Uplink {
         self.restart(now, self.policy.initial)
     }
 
+    /// Ancestor `rank` left the DVM, or is leaving it: connect past it from now on.
+    pub fn avoid(&mut self, rank: Rank) {
+        if rank != 0 {
+            self.gone.insert(rank);
+        }
+    }
+
+    /// The nearest ancestor of `r` that has not left (the controller never leaves).
+    fn above(&self, r: Rank) -> Rank {
+        let mut p = self.tree.parent(r).unwrap_or(0);
+        while self.gone.contains(&p) {
+            p = self.tree.parent(p).unwrap_or(0);
+        }
+        p
+    }
+
     fn restart(&mut self, now: Duration, delay: Duration) -> Attempt {
-        self.target = self.tree.parent(self.me).unwrap_or(0);
+        self.target = self.above(self.me);
         self.since = now;
         self.failures = 0;
         Attempt {
@@ -90,7 +109,7 @@ impl Uplink {
         if let Some(limit) = self.policy.heal_after {
             if self.target != 0 && now.saturating_sub(self.since) >= limit {
                 let from = self.target;
-                self.target = self.tree.parent(from).unwrap_or(0);
+                self.target = self.above(from);
                 self.since = now;
                 self.failures = 0;
                 return Attempt {
@@ -139,6 +158,17 @@ mod tests {
         assert_eq!(&delays[..5], &[20, 40, 80, 160, 320]);
         assert!(delays[9..].iter().all(|&d| d == 5000));
         assert_eq!(u.target(), 0);
+    }
+
+    #[test]
+    fn an_ancestor_that_left_is_connected_past() {
+        let tree = RadixTree::new(2, 16);
+        let mut u = Uplink::new(7, tree, policy(None));
+        assert_eq!(u.start(Duration::ZERO).rank, 3);
+        u.avoid(3);
+        assert_eq!(u.lost(Duration::ZERO).rank, 1, "7's parent 3 left");
+        u.avoid(1);
+        assert_eq!(u.lost(Duration::ZERO).rank, 0);
     }
 
     #[test]

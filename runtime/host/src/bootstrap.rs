@@ -28,7 +28,19 @@ pub struct Prepared {
     pub own: Chosen,
     /// Contact address of every ancestor, the controller included.
     pub ancestors: BTreeMap<Rank, Chosen>,
+    /// A daemon the controller launched to grow the DVM: the membership it was given
+    /// ([`JOIN_PARAM`]), beyond `prte.conf`.
+    pub join: Option<dvmlab_core::roster::Wireup>,
+    /// Ranks `prte.conf` defines.
+    pub conf_size: u32,
+    /// The `--prtemca` pairs this daemon was given (the controller passes them on to the
+    /// daemons it launches).
+    pub cli: Vec<(String, String)>,
 }
+
+/// The parameter the controller gives a daemon it launches: the membership beyond
+/// `prte.conf` (`EPOCH/RANK=HOST,…/DEPARTED`), which names this daemon's host and rank.
+pub const JOIN_PARAM: &str = "dvmlab_join";
 
 /// What `prted --bootstrap --show-identity --json` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -68,7 +80,24 @@ impl Prepared {
                 "DVMIPVersion=6",
             ));
         }
-        let membership = Membership::from_settings(&settings);
+        let mut membership = Membership::from_settings(&settings);
+        let conf_size = membership.size();
+        let join = match params.get(JOIN_PARAM) {
+            None => None,
+            Some((v, origin)) => {
+                let bad = |e: String| {
+                    Diagnostic::new(
+                        Kind::BadValue,
+                        origin.clone(),
+                        format!("{JOIN_PARAM}: {e}"),
+                        v,
+                    )
+                };
+                let w = dvmlab_core::roster::Wireup::from_arg(v).map_err(bad)?;
+                membership.join(&w, &origin).map_err(bad)?;
+                Some(w)
+            }
+        };
         let local = resolver.local_host(&settings).map_err(|e| {
             Diagnostic::new(
                 Kind::UnresolvedHost,
@@ -102,7 +131,26 @@ impl Prepared {
             networks,
             own,
             ancestors,
+            join,
+            conf_size,
+            cli: params.cli_pairs().to_vec(),
         })
+    }
+
+    /// This daemon's first copy of the membership: `prte.conf`'s, and for a launched
+    /// daemon what the launch added to it.
+    pub fn roster(&self) -> dvmlab_core::roster::Roster {
+        use dvmlab_core::roster::{Roster, State};
+        let conf = &self.membership.hosts[..self.conf_size as usize];
+        let me = self.identity.rank;
+        let mut r = Roster::from_conf(conf, self.membership.controller_listed, me);
+        if let Some(w) = &self.join {
+            // Checked against the same conf when the membership was joined.
+            if r.apply(w).is_ok() {
+                r.set(me, State::Wired);
+            }
+        }
+        r
     }
 
     pub fn uri_of(&self, rank: Rank, chosen: Chosen) -> ContactUri {

@@ -64,6 +64,25 @@ pub struct StatusReport {
     /// (`DVMKeyFile`). False: anyone who reaches `DVMPort` can join, run jobs or stop the DVM.
     #[serde(default)]
     pub authenticated: bool,
+    /// Whether the DVM may grow and shrink (`prte_elastic_mode`).
+    #[serde(default)]
+    pub elastic: bool,
+    /// Size changes in progress (elastic mode).
+    #[serde(default)]
+    pub campaigns: Vec<CampaignStatus>,
+}
+
+/// A grow or shrink in progress, as `pctl status --json` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignStatus {
+    pub id: u64,
+    /// `grow` or `shrink`.
+    pub kind: String,
+    /// The ranks it adds or removes.
+    pub targets: Vec<Rank>,
+    /// Of those, the ones wired (grow) or gone (shrink).
+    pub done: Vec<Rank>,
+    pub alloc_id: String,
 }
 
 /// One answer of `pctl ping --json` (a JSON line per pinged rank).

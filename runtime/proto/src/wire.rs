@@ -58,6 +58,57 @@ pub struct Wireup {
     pub departed: crate::idset::IdSet,
 }
 
+impl Wireup {
+    /// As one command-line word for a daemon the controller launches (`EPOCH/R=HOST,…/
+    /// DEPARTED`): no character a remote shell would interpret.
+    pub fn to_arg(&self) -> String {
+        let added: Vec<String> = self.added.iter().map(|(r, h)| format!("{r}={h}")).collect();
+        format!(
+            "{}/{}/{}",
+            self.epoch,
+            added.join(","),
+            self.departed.encode(false)
+        )
+    }
+
+    /// Reads [`Wireup::to_arg`]'s form back, saying what is wrong with a bad one.
+    pub fn from_arg(s: &str) -> Result<Wireup, String> {
+        let mut parts = s.split('/');
+        let (Some(epoch), Some(added), Some(departed), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(format!("{s:?} is not EPOCH/RANK=HOST,…/DEPARTED"));
+        };
+        let epoch = epoch
+            .parse()
+            .map_err(|_| format!("{epoch:?} is not a membership epoch"))?;
+        let added = added
+            .split(',')
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                let (r, h) = a
+                    .split_once('=')
+                    .ok_or_else(|| format!("{a:?} is not RANK=HOST"))?;
+                let r: Rank = r.parse().map_err(|_| format!("{r:?} is not a rank"))?;
+                if h.is_empty() {
+                    return Err(format!("rank {r} has no host"));
+                }
+                Ok((r, h.to_string()))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let departed = if departed.is_empty() {
+            crate::idset::IdSet::new()
+        } else {
+            crate::idset::IdSet::decode(departed).map_err(|e| e.to_string())?
+        };
+        Ok(Wireup {
+            epoch,
+            added,
+            departed,
+        })
+    }
+}
+
 /// Which stream of a job process a piece of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -167,6 +218,8 @@ pub enum DaemonMsg {
     /// Either way: the other side did not understand a message (it speaks an older
     /// version); the link stays.
     Unsupported { what: String },
+    /// Downward: this parent is leaving the DVM; connect to the next ancestor now.
+    Rehome,
     /// A message kind this build does not know (sent by a newer peer).
     #[serde(other)]
     Unknown,
@@ -206,6 +259,9 @@ pub enum Body {
         tool: u64,
         reason: String,
     },
+    /// From the controller: leave the DVM (a shrink took this rank, or a failed grow is
+    /// undone); the daemon hands its children on to its parent first.
+    Depart,
     /// A payload this build does not know (from a newer peer); dropped.
     #[serde(other)]
     Unknown,
@@ -619,6 +675,29 @@ mod tests {
             buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
             buf.extend_from_slice(body.as_bytes());
             let _ = c.decode(&mut buf);
+        }
+    }
+
+    #[test]
+    fn a_membership_travels_as_one_shell_safe_word_and_bad_ones_are_named() {
+        let w = Wireup {
+            epoch: 7,
+            added: vec![(9, "g1".into()), (10, "g2.ib".into())],
+            departed: [3, 4, 5].into_iter().collect(),
+        };
+        let a = w.to_arg();
+        assert_eq!(a, "7/9=g1,10=g2.ib/3-5");
+        assert_eq!(Wireup::from_arg(&a), Ok(w));
+        assert_eq!(Wireup::from_arg("0//").map(|w| w.added.len()), Ok(0));
+        for (bad, why) in [
+            ("7/9=g1", "is not EPOCH"),
+            ("x//", "not a membership epoch"),
+            ("1/9/", "not RANK=HOST"),
+            ("1/a=b/", "not a rank"),
+            ("1/9=/", "has no host"),
+        ] {
+            let e = Wireup::from_arg(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod cli;
 mod jobs_file;
+mod launch;
 mod logging;
 mod reaper;
 mod session;
@@ -35,7 +36,6 @@ use dvmlab_core::daemon_core::{DaemonCore, Input, Now, Output, Timer};
 use dvmlab_core::exec::ShellCommand;
 use dvmlab_core::identity::Role;
 use dvmlab_core::overlay::{self, Io, LinkId, NodeConfig, Note, MISSED_HEARTBEATS};
-use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::Rank;
 use dvmlab_core::uplink::Policy;
 use dvmlab_host::bootstrap::Prepared;
@@ -228,11 +228,7 @@ pub async fn run(
     );
     let cfg = NodeConfig {
         identity: p.identity.clone(),
-        roster: Roster::from_conf(
-            &p.membership.hosts,
-            p.membership.controller_listed,
-            p.identity.rank,
-        ),
+        roster: p.roster(),
         tree: p.tree,
         policy: Policy {
             initial: s.retry_initial_delay,
@@ -313,6 +309,27 @@ pub async fn run(
         Role::Daemon => (None, None),
     };
     let mut core = DaemonCore::new(cfg, recovered, s.event_ring);
+    core.configure_controller(
+        s.elastic.then(|| dvmlab_core::campaign::Config {
+            radix: s.radix,
+            timeout: s.launch_timeout,
+            components: vec!["pool".into(), "alloc".into()],
+        }),
+        s.max_launching,
+    );
+    if role == Role::Controller && s.elastic {
+        info!(
+            "elastic mode: the DVM grows and shrinks on request; new daemons start through {:?}",
+            s.launch_agent.join(" ")
+        );
+    }
+    let (launch_tx, mut launch_rx) = mpsc::channel(EVENT_QUEUE);
+    let mut launcher = launch::Launcher::new(
+        s.launch_agent.clone(),
+        &p.cli,
+        s.release_command.clone(),
+        launch_tx,
+    );
     let mut pending = core.handle(now(), Input::Net(overlay::Input::Start));
     // Inputs the shell itself produces (a link it had to drop), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();
@@ -350,6 +367,7 @@ pub async fn run(
                     let input = match timer {
                         Timer::Net(t) => Input::Net(overlay::Input::Timer(t)),
                         Timer::JobLimit(id) => Input::JobLimit(id),
+                        Timer::Campaign(id) => Input::CampaignTimeout(id),
                     };
                     tokio::spawn(async move {
                         after(delay).await;
@@ -369,6 +387,19 @@ pub async fn run(
                     }
                 }
                 Output::Log(l) => warn!("{l}"),
+                Output::Launch {
+                    rank,
+                    host,
+                    membership,
+                } => launcher.launch(rank, &host, &membership),
+                Output::KillLaunch { rank } => launcher.kill(rank),
+                Output::Release {
+                    campaign,
+                    component,
+                    name,
+                    hosts,
+                } => launcher.release(campaign, component, &name, &hosts),
+                Output::Info(l) => info!("{l}"),
                 Output::JobState { id, state, code } => {
                     if states.jobs {
                         info!("job {id} state {state} ({code})");
@@ -394,6 +425,7 @@ pub async fn run(
                     None => break 'main,
                 },
                 Some(ji) = shell_rx.recv(), if room => Input::Shell(ji),
+                Some(li) = launch_rx.recv() => li,
                 _ = ctx.drained.notified(), if !room => continue,
                 sig = signals.recv() => {
                     info!("received {sig}; rank {} exiting", core.rank());

@@ -399,7 +399,7 @@ impl Sim {
                 self.at(t, Ev::Input(r, Input::Timer(timer)));
             }
             Output::SetTimer {
-                timer: Timer::JobLimit(_),
+                timer: Timer::JobLimit(_) | Timer::Campaign(_),
                 ..
             } => {}
             Output::Shell(ShellCommand::Launch { id, .. }) => {
@@ -437,7 +437,10 @@ impl Sim {
             Output::Shell(ShellCommand::BarrierDone { .. } | ShellCommand::Stdin { .. })
             | Output::Persist(_)
             | Output::JobState { .. } => {}
-            Output::Log(l) => {
+            // This simulation's DVM is fixed-size: nothing is launched or released (the
+            // elastic controller is model-checked in `elastic_model`).
+            Output::Launch { .. } | Output::KillLaunch { .. } | Output::Release { .. } => {}
+            Output::Log(l) | Output::Info(l) => {
                 if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
                     eprintln!("{:>6} ms r{r}: {l}", self.now);
                 }

@@ -39,6 +39,9 @@ pub const LAUNCH_TIMEOUT_PARAM: &str = "dvmlab_launch_timeout";
 /// PRRTE's verbosity of job state changes: from 1 on, every job state the controller
 /// enters is logged, `WAITING FOR DAEMON CAMPAIGN` included.
 pub const STATE_VERBOSE_PARAM: &str = "state_base_verbose";
+/// A command run with the hosts a shrink freed (`CMD HOST…`) before the shrink completes,
+/// so a resource manager can take its nodes back (an extension).
+pub const RELEASE_COMMAND_PARAM: &str = "dvmlab_release_command";
 /// At most this many jobs launching at once; the rest wait, mapped, for their turn.
 pub const MAX_LAUNCHING_PARAM: &str = "dvmlab_max_launching";
 
@@ -137,6 +140,11 @@ impl Params {
         })
     }
 
+    /// The `--prtemca NAME VALUE` pairs, in order.
+    pub fn cli_pairs(&self) -> &[(String, String)] {
+        &self.cli
+    }
+
     /// A parameter that has no `prte.conf` key: command line, then environment.
     pub fn get(&self, name: &str) -> Option<(&str, Origin)> {
         self.cli_value(name).or_else(|| self.env_value(name))
@@ -213,6 +221,8 @@ pub struct Settings {
     pub launch_timeout: Duration,
     /// [`STATE_VERBOSE_PARAM`].
     pub state_verbose: u32,
+    /// [`RELEASE_COMMAND_PARAM`], split into words.
+    pub release_command: Option<Vec<String>>,
     /// [`MAX_LAUNCHING_PARAM`]; `None`: no limit but the live jobs'.
     pub max_launching: Option<usize>,
     pub dvm_temp_dir: PathBuf,
@@ -411,6 +421,10 @@ impl Settings {
             launch_timeout,
             state_verbose,
             max_launching,
+            release_command: params
+                .get(RELEASE_COMMAND_PARAM)
+                .map(|(v, _)| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .filter(|w| !w.is_empty()),
             dvm_temp_dir: r
                 .file("DVMTempDir")
                 .map(|x| PathBuf::from(x.0))

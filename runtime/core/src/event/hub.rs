@@ -266,7 +266,17 @@ impl EventHub {
             }
             Audience::Procs { procs } => {
                 let mut by_job: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
+                let tools_here = format!("tool@{}.", self.rank);
                 for p in procs {
+                    // A tool connected here, by the name this hub gives it.
+                    if let Some(link) = p
+                        .nspace
+                        .strip_prefix(&tools_here)
+                        .and_then(|l| l.parse::<u64>().ok())
+                    {
+                        deliveries(self.server.tool_event(link, ev.clone()), out);
+                        continue;
+                    }
                     let here = self.ranks_here(&p.nspace);
                     if p.rank == RANK_WILDCARD {
                         by_job.entry(&p.nspace).or_default().extend(here);
@@ -384,6 +394,40 @@ mod tests {
         let got = other.handle(Input::FromAbove(t.clone()));
         assert_eq!(delivered_to(&got), [7]);
         assert!(matches!(got.last(), Some(Output::ToChildren(_))));
+    }
+
+    #[test]
+    fn an_event_for_one_tool_reaches_that_tool_alone_on_its_daemon() {
+        let mut h = EventHub::new(3, 512);
+        connect(&mut h, 4, None);
+        connect(&mut h, 5, None);
+        connect(&mut h, 6, Some(p("a", 0)));
+        let ev = |who: &str| {
+            Input::FromAbove(Travelling {
+                audience: Audience::Procs {
+                    procs: vec![p(who, 0)],
+                },
+                event: Event {
+                    code: -195,
+                    source: None,
+                    info: vec![],
+                    level: Level::Job,
+                },
+            })
+        };
+        assert_eq!(delivered_to(&h.handle(ev("tool@3.5"))), [5]);
+        assert!(
+            delivered_to(&h.handle(ev("tool@2.5"))).is_empty(),
+            "another daemon's tool"
+        );
+        h.handle(Input::Connected {
+            link: 7,
+            proc: None,
+        });
+        assert!(
+            delivered_to(&h.handle(ev("tool@3.7"))).is_empty(),
+            "a tool that did not register hears nothing"
+        );
     }
 
     #[test]

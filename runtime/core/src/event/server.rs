@@ -233,6 +233,16 @@ impl LocalServer {
             .collect()
     }
 
+    /// An event for the one tool `client`, if it registered for it (nothing is kept).
+    pub fn tool_event(&mut self, client: ClientId, event: Event) -> Vec<Delivery> {
+        match self.clients.get(&client) {
+            Some(c) if c.proc.is_none() && c.regs.wants(event.code, event.level) => {
+                vec![Delivery { client, event }]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The processes of job `nspace` connected here.
     pub fn connected_ranks(&self, nspace: &str) -> BTreeSet<u32> {
         self.clients

@@ -115,6 +115,27 @@ impl Node {
                         format!("rank {rank} ({host}) is not a daemon rank of this DVM (1..{size}) or is this daemon's own"),
                     );
                 }
+                if self.roster.state(rank) == Some(State::Departed) {
+                    // It left the DVM (or its grow was undone): it is told to leave again.
+                    self.io(Io::Send {
+                        link,
+                        frame: welcome,
+                    });
+                    self.send(
+                        link,
+                        DaemonMsg::Routed {
+                            src: self.me,
+                            dst: rank,
+                            ttl: ROUTE_TTL,
+                            body: Body::Depart,
+                        },
+                    );
+                    self.note(Note::Refused {
+                        link,
+                        reason: format!("rank {rank} ({host}) departed the DVM; told to leave"),
+                    });
+                    return self.io(Io::Close { link });
+                }
                 if !self.cfg.tree.is_ancestor_or_self(self.me, rank) {
                     return self.refuse(
                         link,

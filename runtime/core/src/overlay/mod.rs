@@ -19,6 +19,7 @@ use dvmlab_proto::contract::{MemberState, MemberStatus, PingReport, StatusReport
 use dvmlab_proto::idset::IdSet;
 use dvmlab_proto::wire::{Body, DaemonMsg, Frame, Member, Peer, RankEpoch, ToolReply, ToolRequest};
 
+mod elastic;
 mod links;
 mod liveness;
 mod ping;
@@ -110,6 +111,12 @@ pub enum Input {
         link: LinkId,
         reply: ToolReply,
     },
+    /// The controller: the membership changed (ranks added or departed); send it down.
+    Membership,
+    /// The controller: tell `rank` to leave the DVM.
+    Depart(Rank),
+    /// The controller: `rank` departed without leaving by itself; close its link.
+    CutOff(Rank),
 }
 
 /// Timers the core asks for.
@@ -117,6 +124,8 @@ pub enum Input {
 pub enum Timer {
     Heartbeat,
     StopGrace,
+    /// A departing daemon waited long enough for its children to move.
+    DepartGrace,
     Ping(u64),
 }
 
@@ -181,6 +190,8 @@ pub enum Output {
     EventClientGone {
         link: LinkId,
     },
+    /// The controller: these ranks reported in and are now wired.
+    Wired(IdSet),
     /// An event came up from a child (towards the controller).
     EventFromBelow(dvmlab_proto::event::Travelling),
     /// An event came down from the parent (for this daemon's clients and those below).
@@ -312,6 +323,8 @@ pub struct Node {
     pings: HashMap<u64, PendingPing>,
     next_ping: u64,
     stopping: Option<Stopping>,
+    /// Told to leave the DVM: waiting for its children to move to its parent.
+    departing: bool,
     out: Vec<Output>,
 }
 
@@ -347,6 +360,7 @@ impl Node {
             pings: HashMap::new(),
             next_ping: 1,
             stopping: None,
+            departing: false,
             out: Vec::new(),
             cfg,
         }
@@ -375,6 +389,22 @@ impl Node {
         &self.roster
     }
 
+    /// The controller's membership, for the campaign core to change (the overlay is told
+    /// with [`Input::Membership`]).
+    pub fn roster_mut(&mut self) -> &mut Roster {
+        &mut self.roster
+    }
+
+    /// The PMIx name of the tool on `link` (`tool@RANK.LINK`, RANK the daemon it is
+    /// connected to and LINK that daemon's number for it), as the event hubs name it.
+    pub fn tool_proc(&self, link: LinkId) -> dvmlab_proto::event::Proc {
+        let (rank, local) = self.relayed_origin(link).unwrap_or((self.me, link));
+        dvmlab_proto::event::Proc {
+            nspace: format!("tool@{rank}.{local}"),
+            rank: 0,
+        }
+    }
+
     /// Feeds one input at monotonic time `now`; returns what to do.
     pub fn handle(&mut self, now: Duration, input: Input) -> Vec<Output> {
         match input {
@@ -396,6 +426,9 @@ impl Node {
             Input::Closed { link } => self.on_closed(now, link),
             Input::Timer(t) => self.on_timer(now, t),
             Input::Reply { link, reply } => self.reply(link, reply),
+            Input::Membership => self.send_membership(),
+            Input::Depart(rank) => self.tell_depart(rank),
+            Input::CutOff(rank) => self.cut_off(rank),
         }
         self.exec_topology();
         self.check();
@@ -498,14 +531,8 @@ impl Node {
             DaemonMsg::ExecDown { msg } if from_parent => {
                 self.emit(Output::Exec(crate::exec::Input::Down(msg)))
             }
-            DaemonMsg::Wireup { wireup } if from_parent => {
-                if let Err(e) = self.roster.apply(&wireup) {
-                    self.note(Note::Refused {
-                        link,
-                        reason: format!("membership from the parent not taken: {e}"),
-                    });
-                }
-            }
+            DaemonMsg::Wireup { wireup } if from_parent => self.on_wireup(link, wireup),
+            DaemonMsg::Rehome if from_parent => self.on_rehome(now),
             DaemonMsg::PathLost if from_parent => {
                 let up = self.up.map_or(0, |u| u.1);
                 self.path_lost(&format!("the path above rank {up} broke"));
@@ -603,6 +630,7 @@ impl Node {
     fn on_timer(&mut self, now: Duration, t: Timer) {
         match t {
             Timer::Heartbeat => self.heartbeat(now),
+            Timer::DepartGrace => self.finish_depart(),
             Timer::StopGrace => {
                 if let Some(st) = &self.stopping {
                     let left = st.pending.iter().copied().collect();
@@ -659,6 +687,8 @@ impl Node {
             members,
             job_messages: None,
             authenticated: self.cfg.authenticated,
+            elastic: false,
+            campaigns: Vec::new(),
         }
     }
 

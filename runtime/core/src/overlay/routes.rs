@@ -64,12 +64,18 @@ impl Node {
             return;
         }
         if self.is_controller() {
+            let mut wired = IdSet::new();
             for m in &accepted {
-                self.roster.set(m.rank, State::Wired);
+                if self.roster.set(m.rank, State::Wired) {
+                    wired.insert(m.rank);
+                }
                 self.roster.set_uri(m.rank, &m.uri);
                 self.tell_dropped(m.rank);
             }
             self.check_formed();
+            if !wired.is_empty() {
+                self.emit(Output::Wired(wired));
+            }
         } else if let Some((up, _)) = self.up {
             let epoch = self.epoch;
             for m in &mut accepted {
@@ -123,8 +129,14 @@ impl Node {
             if !ids.is_empty() {
                 self.emit(Output::Exec(crate::exec::Input::Lost(ids)));
             }
+        } else if self.departing {
+            // Its children are moving to its parent: their routes are not lost, only moved,
+            // and their own reports from there say so.
         } else if let Some((up, _)) = self.up {
             self.send(up, DaemonMsg::Lost { ranks: lost });
+        }
+        if self.departing && self.children.is_empty() {
+            self.finish_depart();
         }
     }
 
@@ -224,7 +236,8 @@ impl Node {
             Body::ToolGone { tool } if self.is_controller() => self.on_tool_gone(src, tool),
             Body::ToolDown { tool, reply } => self.on_tool_down(tool, reply),
             Body::ToolDropped { tool, reason } => self.close_tool(tool, reason),
-            Body::ToolUp { .. } | Body::ToolGone { .. } | Body::Unknown => {}
+            Body::Depart if self.up.map(|u| u.0) == Some(link) => self.begin_depart(),
+            Body::ToolUp { .. } | Body::ToolGone { .. } | Body::Depart | Body::Unknown => {}
         }
     }
 }

@@ -24,6 +24,11 @@ pub(super) struct Relayed {
 }
 
 impl Node {
+    /// For a tool relayed to the controller: its daemon and that daemon's number for it.
+    pub(super) fn relayed_origin(&self, link: LinkId) -> Option<(Rank, u64)> {
+        self.relayed.get(&link).map(|r| (r.origin, r.tool))
+    }
+
     /// Every reply to a tool: on its own link, or down the tree to the daemon it is on.
     pub(super) fn reply(&mut self, link: LinkId, reply: ToolReply) {
         match self.relayed.get(&link).copied() {

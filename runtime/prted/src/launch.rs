@@ -1,0 +1,169 @@
+//! The controller's hands for the elastic DVM: it starts new daemons through the launch
+//! agent (`AGENT… HOST PRTED --bootstrap --prtemca dvmlab_join MEMBERSHIP …`, no shell in
+//! between), reports an agent's exit, stops a launch that is undone, and carries out the
+//! release components of a finished shrink.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::process::Command;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use dvmlab_core::campaign::CampaignId;
+use dvmlab_core::daemon_core::Input;
+use dvmlab_core::roster::Wireup;
+use dvmlab_core::tree::Rank;
+use dvmlab_host::bootstrap::JOIN_PARAM;
+
+/// How long an undone launch gets between TERM and KILL.
+const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Parameters a launched daemon must not inherit from the controller: they name the
+/// controller's own host or membership.
+const NOT_FORWARDED: &[&str] = &[JOIN_PARAM, "dvmlab_test_hostname"];
+
+/// See the module documentation. Owns the process group of every launch in progress.
+pub struct Launcher {
+    agent: Vec<String>,
+    prted: PathBuf,
+    /// The controller's own `--prtemca` pairs, passed on.
+    forward: Vec<(String, String)>,
+    release_command: Option<Vec<String>>,
+    groups: HashMap<Rank, i32>,
+    events: mpsc::Sender<Input>,
+}
+
+impl Launcher {
+    pub fn new(
+        agent: Vec<String>,
+        cli: &[(String, String)],
+        release_command: Option<Vec<String>>,
+        events: mpsc::Sender<Input>,
+    ) -> Launcher {
+        Launcher {
+            agent,
+            prted: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("prted")),
+            forward: cli
+                .iter()
+                .filter(|(k, _)| !NOT_FORWARDED.contains(&k.as_str()))
+                .cloned()
+                .collect(),
+            release_command,
+            groups: HashMap::new(),
+            events,
+        }
+    }
+
+    /// Starts the daemon of `rank` on `host`; its agent's exit comes back as
+    /// [`Input::LaunchExited`] (a failure to start it at all, as status 127 << 8).
+    pub fn launch(&mut self, rank: Rank, host: &str, membership: &Wireup) {
+        let mut cmd = Command::new(&self.agent[0]);
+        cmd.args(&self.agent[1..])
+            .arg(host)
+            .arg(&self.prted)
+            .arg("--bootstrap")
+            .args(["--prtemca", JOIN_PARAM, &membership.to_arg()]);
+        for (k, v) in &self.forward {
+            cmd.args(["--prtemca", k, v]);
+        }
+        cmd.stdin(Stdio::null())
+            .process_group(0)
+            .kill_on_drop(false);
+        info!(
+            "launching rank {rank} on {host}: {} {host} {} --bootstrap …",
+            self.agent.join(" "),
+            self.prted.display()
+        );
+        let events = self.events.clone();
+        match cmd.spawn() {
+            Ok(mut child) => {
+                if let Some(pid) = child.id() {
+                    self.groups.insert(rank, pid as i32);
+                }
+                tokio::spawn(async move {
+                    let status = match child.wait().await {
+                        Ok(st) => wait_status(st),
+                        Err(_) => 127 << 8,
+                    };
+                    let _ = events.send(Input::LaunchExited { rank, status }).await;
+                });
+            }
+            Err(e) => {
+                warn!(
+                    "launch agent {:?} for rank {rank} on {host}: {e}",
+                    self.agent[0]
+                );
+                tokio::spawn(async move {
+                    let _ = events
+                        .send(Input::LaunchExited {
+                            rank,
+                            status: 127 << 8,
+                        })
+                        .await;
+                });
+            }
+        }
+    }
+
+    /// Stops whatever the launch of `rank` left running: TERM, then KILL.
+    pub fn kill(&mut self, rank: Rank) {
+        let Some(pg) = self.groups.remove(&rank) else {
+            return;
+        };
+        let pg = Pid::from_raw(pg);
+        if killpg(pg, Signal::SIGTERM).is_ok() {
+            tokio::spawn(async move {
+                tokio::time::sleep(KILL_GRACE).await;
+                let _ = killpg(pg, Signal::SIGKILL);
+            });
+        }
+    }
+
+    /// Release component `name` takes the hosts a shrink freed: the static pool has
+    /// nothing to do (its hosts may be grown onto again); the allocation component runs the
+    /// release command, if one is set, so a resource manager gets its nodes back. The
+    /// shrink completes after every component answered.
+    pub fn release(
+        &mut self,
+        campaign: CampaignId,
+        component: usize,
+        name: &str,
+        hosts: &[String],
+    ) {
+        let events = self.events.clone();
+        let done = Input::ReleaseDone {
+            campaign,
+            component,
+        };
+        let command = match (name, &self.release_command) {
+            ("alloc", Some(words)) => Some(words.clone()),
+            _ => None,
+        };
+        let hosts = hosts.to_vec();
+        tokio::spawn(async move {
+            if let Some(words) = command {
+                let st = Command::new(&words[0])
+                    .args(&words[1..])
+                    .args(&hosts)
+                    .stdin(Stdio::null())
+                    .status()
+                    .await;
+                match st {
+                    Ok(st) if st.success() => info!("release command took {hosts:?}"),
+                    Ok(st) => warn!("release command {words:?} {hosts:?} exited with {st}"),
+                    Err(e) => warn!("release command {words:?}: {e}"),
+                }
+            }
+            let _ = events.send(done).await;
+        });
+    }
+}
+
+fn wait_status(st: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.into_raw()
+}
