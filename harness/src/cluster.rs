@@ -502,19 +502,21 @@ impl Cluster {
             .ok_or_else(|| format!("no host {name} in cluster {}", self.spec.label))
     }
 
-    /// A command that runs `argv` on `host`.
-    pub fn command(&self, host: &str, argv: &[String]) -> Result<Command, String> {
-        let h = self.host(host)?.clone();
-        let (prog, args) = argv.split_first().ok_or("empty command line")?;
-        let mut cmd = Command::new(prog);
-        cmd.args(args).env_clear();
+    /// The environment every process on `host` starts with (nothing else of this
+    /// process's environment goes through).
+    pub fn host_env(&self, host: &str) -> Result<Vec<(String, String)>, String> {
+        let h = self.host(host)?;
+        let mut env = Vec::new();
         for k in ["PATH", "HOME", "RUST_BACKTRACE", "DVMLAB_LOG"] {
             if let Ok(v) = std::env::var(k) {
-                cmd.env(k, v);
+                env.push((k.to_string(), v));
             }
         }
         // Every host has a /tmp of its own, as real hosts do.
-        cmd.env("TMPDIR", self.tmp_dir(host));
+        env.push((
+            "TMPDIR".to_string(),
+            self.tmp_dir(host).to_string_lossy().into_owned(),
+        ));
         let hosts_file = self.dir.join("hosts");
         let conf = self.conf_path(host);
         let key = self.key_path(host).unwrap_or_default();
@@ -524,7 +526,29 @@ impl Cluster {
             conf: &conf.to_string_lossy(),
             key: &key.to_string_lossy(),
         };
-        cmd.envs(self.spec.env.iter().map(|(k, v)| (k, expand(v, &places))));
+        env.extend(
+            self.spec
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), expand(v, &places))),
+        );
+        if let Some(World::Process { .. }) = self.world.as_ref() {
+            env.extend(
+                self.spec
+                    .identity_env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), expand(v, &places))),
+            );
+        }
+        Ok(env)
+    }
+
+    /// A command that runs `argv` on `host`.
+    pub fn command(&self, host: &str, argv: &[String]) -> Result<Command, String> {
+        let h = self.host(host)?.clone();
+        let (prog, args) = argv.split_first().ok_or("empty command line")?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args).env_clear().envs(self.host_env(host)?);
         match self.world.as_ref() {
             Some(World::Netns(w)) => w
                 .enter(&mut cmd, h.index, &h.name, &self.etc_dir(&h.name))
@@ -534,14 +558,34 @@ impl Cluster {
                 w.enter(&mut cmd, h.index, &cwd, &self.etc_dir(&h.name))
                     .map_err(|e| format!("entering host {host}: {e}"))?
             }
-            Some(World::Process { .. }) => {
-                for (k, v) in &self.spec.identity_env {
-                    cmd.env(k, expand(v, &places));
-                }
-            }
+            Some(World::Process { .. }) => {}
             None => return Err("cluster already torn down".into()),
         }
         Ok(cmd)
+    }
+
+    /// Writes this cluster's launch agent (`RUN_DIR/agent HOST COMMAND ARGS…` runs COMMAND
+    /// on HOST, as `ssh` would on real machines: an elastic DVM's `plm_ssh_agent`) and
+    /// returns its path. `harness` is the `dvmlab-harness` program, which does the entering.
+    pub fn write_agent(&self, harness: &Path) -> Result<PathBuf, String> {
+        let mut hosts = Vec::new();
+        for h in &self.hosts {
+            let netns = match self.world.as_ref() {
+                Some(World::Netns(w)) => Some(w.netns(h.index).to_string()),
+                Some(World::Process { .. }) => None,
+                Some(World::Docker(_)) => {
+                    return Err("the launch agent covers netns and process hosts; docker hosts are not supported yet".into())
+                }
+                None => return Err("cluster already torn down".into()),
+            };
+            hosts.push(crate::agent::AgentHost {
+                name: h.name.clone(),
+                netns,
+                etc_dir: self.etc_dir(&h.name),
+                env: self.host_env(&h.name)?,
+            });
+        }
+        crate::agent::write(&self.dir, harness, &hosts)
     }
 
     fn log_path(&self, host: &str) -> PathBuf {

@@ -14,6 +14,7 @@
 //! format), starts the daemon command it is given on each host, and runs commands on hosts.
 
 pub mod addr;
+pub mod agent;
 pub mod cluster;
 pub mod conf;
 pub mod docker;

@@ -201,7 +201,25 @@ impl NetnsWorld {
         hostname: &str,
         etc_dir: &Path,
     ) -> io::Result<()> {
-        let nsfile = File::open(Path::new("/var/run/netns").join(&self.hosts[i]))?;
+        enter_named(cmd, &self.hosts[i], hostname, etc_dir)
+    }
+
+    /// The network namespace of host `i`.
+    pub fn netns(&self, i: usize) -> &str {
+        &self.hosts[i]
+    }
+}
+
+/// Makes `cmd` run in the host whose network namespace is `netns`: its network, a mount
+/// namespace of its own with `etc_dir` laid over `/etc`, and the host name `hostname`.
+pub fn enter_named(
+    cmd: &mut Command,
+    netns: &str,
+    hostname: &str,
+    etc_dir: &Path,
+) -> io::Result<()> {
+    {
+        let nsfile = File::open(Path::new("/var/run/netns").join(netns))?;
         let opts = CString::new(format!("lowerdir={}:/etc", etc_dir.display()))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let host = hostname.to_string();
@@ -225,7 +243,9 @@ impl NetnsWorld {
         }
         Ok(())
     }
+}
 
+impl NetnsWorld {
     /// Cuts host `i` off every network (or reconnects it).
     pub fn set_link(&self, i: usize, up: bool, dual: bool) -> io::Result<()> {
         let state = if up { "up" } else { "down" };

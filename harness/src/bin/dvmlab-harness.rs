@@ -55,6 +55,16 @@ enum Cmd {
         #[arg(long, default_value_t = 0.0)]
         hold: f64,
     },
+    /// Run COMMAND on HOST of a harness run, as `ssh HOST COMMAND` would on real machines
+    /// (the launch agent a run writes into its directory calls this).
+    Agent {
+        /// The run's hosts file (`RUN_DIR/agent.json`).
+        #[arg(long)]
+        hosts: PathBuf,
+        host: String,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
     /// Remove namespaces, containers, networks, run directories and locks of harness runs
     /// whose process is gone.
     Gc {
@@ -66,6 +76,15 @@ enum Cmd {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Cmd::Agent {
+            hosts,
+            host,
+            command,
+        } => {
+            let e = dvmlab_harness::agent::exec(&hosts, &host, &command);
+            eprintln!("dvmlab-harness agent: {e}");
+            ExitCode::from(127)
+        }
         Cmd::Gc { all } => {
             let c = gc::collect(all);
             println!(

@@ -1,9 +1,10 @@
 //! The tools: the client side of the wire ([`client`]), the events client library
-//! ([`events`]), `pctl`, `prun` and `pevent`. Each command's
+//! ([`events`]), `pctl`, `prun`, `pevent` and `palloc`. Each command's
 //! `main` is called by the thin binary of the same name in `dvmlab-runtime`.
 
 pub mod client;
 pub mod events;
+pub mod palloc;
 pub mod pctl;
 pub mod pevent;
 pub mod prun;

@@ -77,6 +77,34 @@ enum Command {
     /// Write a fresh random DVM key (mode 0600) to PATH, or where prte.conf's DVMKeyFile
     /// says; never over an existing file.
     Keygen { path: Option<std::path::PathBuf> },
+    /// Grow the DVM onto new hosts (elastic mode, prte_elastic_mode): the controller starts
+    /// a daemon on each through its launch agent. An operator's push: no PMIx event; prints
+    /// the allocation id and the new ranks, and with --wait how it ended.
+    Grow {
+        /// Hosts to add, comma-separated; may be repeated.
+        #[arg(long = "add-host", value_delimiter = ',', value_name = "HOST")]
+        add_host: Vec<String>,
+        /// A file of hosts to add, one per line (# comments; words after the host ignored).
+        #[arg(long = "add-hostfile", value_name = "FILE")]
+        add_hostfile: Option<std::path::PathBuf>,
+        /// Wait until every new daemon is wired in (exit 1 if the grow failed).
+        #[arg(long)]
+        wait: bool,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Shrink the DVM (elastic mode): the daemons on HOSTs leave. An operator's push.
+    Shrink {
+        #[arg(required = true, value_name = "HOST")]
+        hosts: Vec<String>,
+        /// Wait until they have gone (exit 1 if the shrink failed).
+        #[arg(long)]
+        wait: bool,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Wait until the DVM is formed (polling the controller, which may not be up yet).
     Wait {
         /// Give up after this many seconds (exit 1).
@@ -155,8 +183,124 @@ async fn status(params: &Params, timeout: Duration) -> Result<StatusReport, Fail
     }
 }
 
+/// The hosts of a host file: one per line, `#` starts a comment, words after the host
+/// (`slots=4`) are ignored; a bad name is named with its file and line.
+fn read_hostfile(path: &std::path::Path) -> Result<Vec<String>, Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure(2, format!("{}: {e}", path.display())))?;
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("");
+        let Some(host) = line.split_whitespace().next() else {
+            continue;
+        };
+        if !dvmlab_core::hostname::is_valid(host) {
+            return Err(Failure(
+                2,
+                format!("{}:{}: {host:?} is not a host name", path.display(), i + 1),
+            ));
+        }
+        hosts.push(host.to_string());
+    }
+    Ok(hosts)
+}
+
+/// Sends a grow or shrink and prints both answers (the second with `wait`).
+async fn change(
+    params: &Params,
+    timeout: Duration,
+    req: ToolRequest,
+    wait: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let mut c = connect(params, timeout).await?;
+    match c.request(req, timeout).await.map_err(|e| Failure(3, e))? {
+        ToolReply::Allocated {
+            alloc_id,
+            ranks,
+            changed,
+            ..
+        } => {
+            if json {
+                print_json(
+                    &serde_json::json!({"phase": "accepted", "alloc_id": alloc_id,
+                    "ranks": ranks.iter().collect::<Vec<_>>(), "changed": changed}),
+                )?;
+            } else {
+                dvmlab_host::outln!(
+                    "accepted: allocation {alloc_id}, ranks [{ranks}]{}",
+                    if changed { "" } else { " (nothing to change)" }
+                );
+            }
+            if !changed || !wait {
+                return Ok(());
+            }
+        }
+        ToolReply::Error { message } => return Err(Failure(1, message)),
+        other => return Err(Failure(3, format!("unexpected reply {other:?}"))),
+    }
+    match c.recv().await.map_err(|e| Failure(3, e))? {
+        ToolReply::CampaignEnded {
+            alloc_id,
+            ok,
+            cause,
+        } => {
+            let name = cause.and_then(dvmlab_proto::event::code_name);
+            if json {
+                print_json(&serde_json::json!({"phase": "ended", "alloc_id": alloc_id,
+                    "ok": ok, "cause": cause, "cause_name": name}))?;
+            } else if ok {
+                dvmlab_host::outln!("done: allocation {alloc_id}");
+            } else {
+                dvmlab_host::outln!(
+                    "failed: allocation {alloc_id}, cause {} ({})",
+                    name.unwrap_or_default(),
+                    cause.unwrap_or(0)
+                );
+            }
+            if ok {
+                Ok(())
+            } else {
+                Err(Failure(
+                    1,
+                    format!("the change of allocation {alloc_id} failed"),
+                ))
+            }
+        }
+        other => Err(Failure(3, format!("unexpected reply {other:?}"))),
+    }
+}
+
 async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Failure> {
     match cmd {
+        Command::Grow {
+            mut add_host,
+            add_hostfile,
+            wait,
+            json,
+        } => {
+            if let Some(f) = add_hostfile {
+                add_host.extend(read_hostfile(&f)?);
+            }
+            if add_host.is_empty() {
+                return Err(Failure(2, "grow: give --add-host or --add-hostfile".into()));
+            }
+            let req = ToolRequest::Grow {
+                hosts: add_host,
+                wait,
+            };
+            change(&params, timeout, req, wait, json).await
+        }
+        Command::Shrink { hosts, wait, json } => {
+            change(
+                &params,
+                timeout,
+                ToolRequest::Shrink { hosts, wait },
+                wait,
+                json,
+            )
+            .await
+        }
         Command::Keygen { path } => {
             let p = keygen(path, &params)?;
             dvmlab_host::outln!("wrote a new DVM key to {}", p.display());
@@ -181,7 +325,11 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
                 else {
                     return Err(Failure(3, "unexpected reply to status".into()));
                 };
-                s.members.iter().map(|m| m.rank).collect()
+                s.members
+                    .iter()
+                    .filter(|m| m.state != MemberState::Departed)
+                    .map(|m| m.rank)
+                    .collect()
             } else {
                 rank.into_iter().collect()
             };

@@ -711,10 +711,25 @@ impl Node {
             );
         }
         if self.is_controller() {
-            debug_assert_eq!(
-                self.routes.len() as u32 + 1,
-                self.roster.count(State::Wired),
-                "every wired rank but the controller has a route"
+            // A departing rank keeps its route until it goes, and may have lost it before
+            // the campaign core marks it departed.
+            debug_assert!(
+                self.roster.iter().all(|(r, m)| r == 0
+                    || m.state != State::Wired
+                    || self.routes.contains_key(&r)),
+                "every wired rank but the controller has a route: routes to {:?}, roster {:?}",
+                self.routes.keys().collect::<BTreeSet<_>>(),
+                self.roster
+                    .iter()
+                    .map(|(r, m)| (r, m.state))
+                    .collect::<Vec<_>>()
+            );
+            debug_assert!(
+                self.routes.keys().all(|r| matches!(
+                    self.roster.state(*r),
+                    Some(State::Wired | State::Departing)
+                )),
+                "a route to a rank neither wired nor departing"
             );
         }
     }
