@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use dvmlab_harness::IpMode;
+use dvmlab_harness::{wait_until, IpMode};
 use dvmlab_proto::contract::{MemberState, StatusReport};
 use serde_json::Value;
 
@@ -25,16 +25,58 @@ fn harness_bin() -> PathBuf {
     p
 }
 
+/// How an elastic test DVM is set up.
+#[derive(Default)]
+struct Setup<'a> {
+    /// More `--prtemca` pairs for every daemon.
+    extra: &'a [(&'a str, &'a str)],
+    /// The launch agent waits for `RUN_DIR/open-HOST` (or fails at `RUN_DIR/fail-HOST`)
+    /// before it hands over, and writes the daemon's pid to `RUN_DIR/pid-HOST`: a grow
+    /// stays in progress until the test lets it go.
+    gated: bool,
+    /// More `prte.conf` keys.
+    conf: &'a [(&'a str, &'a str)],
+    needs: Option<Needs>,
+}
+
 /// An elastic DVM of `ctl` and `n` nodes, formed, with `spares` spare hosts `g01…` that
-/// are in the cluster but not in `DVMNodes`; `extra` are more `--prtemca` pairs for every
-/// daemon. `None` after saying why `test` skips.
+/// are in the cluster but not in `DVMNodes`. `None` after saying why `test` skips.
 fn elastic(test: &str, n: usize, spares: usize, extra: &[(&str, &str)]) -> Option<Dvm> {
-    let b = backend(test, Needs::AnyBackend)?;
+    elastic_with(
+        test,
+        n,
+        spares,
+        Setup {
+            extra,
+            ..Setup::default()
+        },
+    )
+}
+
+fn elastic_with(test: &str, n: usize, spares: usize, setup: Setup) -> Option<Dvm> {
+    let extra = setup.extra;
+    let b = backend(test, setup.needs.unwrap_or(Needs::AnyBackend))?;
     let (_, mut hosts) = ctl_and_nodes(n);
     hosts.extend((1..=spares).map(|i| format!("g{i:02}")));
-    let conf = conf_for(n);
+    let mut conf = conf_for(n);
+    for (k, v) in setup.conf {
+        conf = conf.set(k, *v);
+    }
     let mut dvm = Dvm::new(test, b, IpMode::V4, &hosts, &conf);
-    let agent = dvm.cluster.write_agent(&harness_bin()).unwrap();
+    let mut agent = dvm.cluster.write_agent(&harness_bin()).unwrap();
+    if setup.gated {
+        let dir = dvm.cluster.run_dir().to_path_buf();
+        let gated = dir.join("gated-agent");
+        let script = format!(
+            "#!/bin/sh\nd='{}'\nh=\"$1\"\nwhile [ ! -e \"$d/open-$h\" ] && [ ! -e \"$d/fail-$h\" ]; do sleep 0.02; done\nif [ -e \"$d/fail-$h\" ]; then echo \"gated agent: $h fails\" >&2; exit 7; fi\necho $$ > \"$d/pid-$h\"\nexec '{}' \"$@\"\n",
+            dir.display(),
+            agent.display()
+        );
+        std::fs::write(&gated, script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&gated, std::fs::Permissions::from_mode(0o755)).unwrap();
+        agent = gated;
+    }
     let mut argv = vec![PRTED.to_string(), "--bootstrap".to_string()];
     let mut pairs = vec![
         ("prte_elastic_mode", "1"),
@@ -157,4 +199,377 @@ fn a_fixed_size_dvm_refuses_to_grow_or_shrink_and_sends_no_event() {
     assert!(!s.elastic && s.campaigns.is_empty());
     assert_eq!(s.members.len(), 3);
     dvm.stop_cleanly(&hosts);
+}
+
+/// Lets the gated agent hand `host` over (or, with `fail`, fail it).
+fn gate(dvm: &Dvm, host: &str, fail: bool) {
+    let f = dvm
+        .cluster
+        .run_dir()
+        .join(format!("{}-{host}", if fail { "fail" } else { "open" }));
+    std::fs::write(f, "").unwrap();
+}
+
+/// Starts `palloc ARGS --json` on the controller's host, its stdout to `out`.
+fn spawn_palloc(dvm: &Dvm, args: &[&str], out: &Path) -> std::process::Child {
+    let mut argv = vec![PALLOC.to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    argv.push("--json".into());
+    dvm.cluster
+        .command(&dvm.ctl, &argv)
+        .unwrap()
+        .stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for a background tool to exit (at most a minute): its exit code.
+fn finish(child: &mut std::process::Child, what: &str) -> Option<i32> {
+    wait_until(
+        Duration::from_secs(60),
+        Duration::from_millis(20),
+        || match child.try_wait() {
+            Ok(Some(st)) => Ok(st.code()),
+            Ok(None) => Err(format!("{what} still running")),
+            Err(e) => panic!("{what}: {e}"),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn json_lines(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect()
+}
+
+/// Waits until `pctl jobs` shows job `id` in `state`.
+fn wait_job_state(dvm: &Dvm, id: u64, state: &str) {
+    wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+        let js = jobs(dvm);
+        match js.iter().find(|j| j.id == id) {
+            Some(j) if j.state == state => Ok(()),
+            other => Err(format!("job {id} not yet {state}: {other:?}")),
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", dvm.cluster.logs_tail(30)));
+}
+
+fn wait_campaigns(dvm: &Dvm, n: usize) -> StatusReport {
+    dvm.wait_status(Duration::from_secs(20), "campaigns in progress", |s| {
+        s.campaigns.len() == n
+    })
+}
+
+/// The non-departed members: (rank, host).
+fn membership(s: &StatusReport) -> Vec<(u32, String)> {
+    s.members
+        .iter()
+        .filter(|m| m.state != MemberState::Departed)
+        .map(|m| (m.rank, m.host.clone()))
+        .collect()
+}
+
+#[test]
+fn jobs_submitted_during_a_grow_wait_unharmed_by_an_unrelated_loss_then_use_the_new_nodes() {
+    let Some(mut dvm) = elastic_with(
+        "elastic-park",
+        4,
+        2,
+        Setup {
+            gated: true,
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    let mut alloc = spawn_palloc(&dvm, &["new", "--host", "g01,g02"], &dir.join("palloc.out"));
+    let s = wait_campaigns(&dvm, 1);
+    assert_eq!(s.campaigns[0].kind, "grow");
+    let mut job = spawn_prun(&dvm, &["--", "hostname"], &dir.join("job.out"));
+    wait_job_state(&dvm, 1, "WAITING FOR DAEMON CAMPAIGN");
+    // A daemon no campaign targets dies: the grow goes on, the job stays held.
+    dvm.cluster.kill("n02").unwrap();
+    dvm.wait_status(Duration::from_secs(10), "n02 lost", |s| {
+        state_of(s, "n02") == Some(MemberState::Lost)
+    });
+    wait_job_state(&dvm, 1, "WAITING FOR DAEMON CAMPAIGN");
+    assert_eq!(dvm.status().unwrap().campaigns.len(), 1);
+    gate(&dvm, "g01", false);
+    gate(&dvm, "g02", false);
+    assert_eq!(
+        finish(&mut alloc, "palloc"),
+        Some(0),
+        "{}",
+        dvm.cluster.logs_tail(40)
+    );
+    let lines = json_lines(&dir.join("palloc.out"));
+    assert_eq!(lines[1]["code"], -195, "{lines:?}");
+    assert_eq!(
+        finish(&mut job, "prun"),
+        Some(0),
+        "{}",
+        dvm.cluster.logs_tail(40)
+    );
+    let out = std::fs::read_to_string(dir.join("job.out")).unwrap();
+    let mut ran: Vec<&str> = out.lines().map(str::trim).collect();
+    ran.sort();
+    assert_eq!(
+        ran,
+        ["g01", "g02", "n01", "n03", "n04"],
+        "mapped after the grow, onto the DVM as it then was"
+    );
+    let log = dvm.cluster.log("ctl");
+    assert!(
+        log.contains("job 1 state WAITING FOR DAEMON CAMPAIGN (17)"),
+        "state 17 in the verbose log:\n{log}"
+    );
+    dvm.stop_cleanly(&["ctl".into(), "n01".into(), "n03".into(), "n04".into()]);
+}
+
+#[test]
+fn a_grow_whose_launch_fails_is_undone_exactly_and_the_jobs_held_for_it_end_unlaunched() {
+    let Some(mut dvm) = elastic_with(
+        "elastic-fail",
+        3,
+        1,
+        Setup {
+            gated: true,
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    let before = membership(&dvm.status().unwrap());
+    let mut alloc = spawn_palloc(
+        &dvm,
+        &["new", "--host", "g01", "--request-id", "mine"],
+        &dir.join("palloc.out"),
+    );
+    wait_campaigns(&dvm, 1);
+    let (ok, _, _) = dvm.pctl(&["status"]);
+    assert!(ok);
+    let mut job = spawn_prun(&dvm, &["--", "hostname"], &dir.join("job.out"));
+    wait_job_state(&dvm, 1, "WAITING FOR DAEMON CAMPAIGN");
+    gate(&dvm, "g01", true);
+    assert_eq!(finish(&mut alloc, "palloc"), Some(1));
+    let lines = json_lines(&dir.join("palloc.out"));
+    assert_eq!(lines[0]["phase"], "accepted", "{lines:?}");
+    assert_eq!(lines[1]["code"], -196, "{lines:?}");
+    assert_eq!(lines[1]["name"], "PMIX_ERR_DVM_MOD");
+    assert_eq!(lines[1]["cause"], -3001, "the launch failed: {lines:?}");
+    assert_eq!(lines[1]["req_id"], "mine");
+    assert_eq!(lines[1]["alloc_id"], lines[0]["alloc_id"]);
+    assert_eq!(
+        finish(&mut job, "prun"),
+        Some(1),
+        "a held job of a failed grow fails"
+    );
+    let j = jobs(&dvm).into_iter().find(|j| j.id == 1).unwrap();
+    assert_eq!(j.state, "INACTIVE");
+    assert!(
+        j.exception
+            .as_deref()
+            .is_some_and(|e| e.starts_with("grow-failed")),
+        "{j:?}"
+    );
+    assert!(j.placement.is_empty(), "it never ran anywhere: {j:?}");
+    let s = dvm.status().unwrap();
+    assert_eq!(
+        membership(&s),
+        before,
+        "exactly the membership before the grow"
+    );
+    assert!(s.campaigns.is_empty());
+    // The DVM is whole and takes jobs as before.
+    let (code, out, err) = prun(&dvm, &["--", "hostname"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 3);
+    dvm.stop_cleanly(&ctl_and_nodes(3).1);
+}
+
+#[test]
+fn a_new_daemon_killed_before_it_is_wired_rolls_its_grow_back_and_the_other_grow_completes() {
+    let Some(mut dvm) = elastic_with(
+        "elastic-kill",
+        2,
+        2,
+        Setup {
+            gated: true,
+            needs: Some(Needs::Netns),
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    // g01's daemon starts, but cannot reach its parent: it never reports in.
+    dvm.cluster.set_connected("g01", false).unwrap();
+    let mut a = spawn_palloc(&dvm, &["new", "--host", "g01"], &dir.join("a.out"));
+    let mut b = spawn_palloc(&dvm, &["new", "--host", "g02"], &dir.join("b.out"));
+    wait_campaigns(&dvm, 2);
+    gate(&dvm, "g01", false);
+    let pid = wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+        std::fs::read_to_string(dir.join("pid-g01"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .ok_or("no pid yet".to_string())
+    })
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    assert_eq!(finish(&mut a, "palloc a"), Some(1));
+    let lines = json_lines(&dir.join("a.out"));
+    assert_eq!(lines[1]["code"], -196, "{lines:?}");
+    assert_eq!(lines[1]["cause"], -3001, "{lines:?}");
+    assert_eq!(
+        dvm.status().unwrap().campaigns.len(),
+        1,
+        "the other grow goes on"
+    );
+    gate(&dvm, "g02", false);
+    assert_eq!(
+        finish(&mut b, "palloc b"),
+        Some(0),
+        "{}",
+        dvm.cluster.logs_tail(30)
+    );
+    let s = dvm.status().unwrap();
+    assert_eq!(state_of(&s, "g01"), Some(MemberState::Departed));
+    assert_eq!(state_of(&s, "g02"), Some(MemberState::Joined));
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
+        "nothing of the failed grow runs"
+    );
+    dvm.stop_cleanly(&ctl_and_nodes(2).1);
+}
+
+#[test]
+fn a_shrink_target_that_crashes_instead_of_leaving_completes_the_shrink() {
+    let Some(mut dvm) = elastic("elastic-crash", 3, 0, &[]) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    dvm.cluster.freeze("n03").unwrap();
+    let mut alloc = spawn_palloc(&dvm, &["release", "--host", "n03"], &dir.join("p.out"));
+    let s = wait_campaigns(&dvm, 1);
+    assert_eq!(s.campaigns[0].kind, "shrink");
+    assert_eq!(state_of(&s, "n03"), Some(MemberState::Departing));
+    dvm.cluster.kill("n03").unwrap();
+    assert_eq!(
+        finish(&mut alloc, "palloc"),
+        Some(0),
+        "{}",
+        dvm.cluster.logs_tail(30)
+    );
+    assert_eq!(json_lines(&dir.join("p.out"))[1]["code"], -195);
+    let s = dvm.status().unwrap();
+    assert_eq!(state_of(&s, "n03"), Some(MemberState::Departed));
+    let (ok, out, err) = dvm.pctl(&["ping", "--all"]);
+    assert!(ok, "{out}{err}");
+    dvm.stop_cleanly(&["ctl".into(), "n01".into(), "n02".into()]);
+}
+
+#[test]
+fn a_job_mapped_onto_a_departing_node_is_mapped_again_onto_the_survivors_not_failed() {
+    // Job 1's prolog holds the one launch slot until the test lets it go; job 2 is mapped
+    // onto every node meanwhile and waits for its turn, then for the shrink.
+    let Some(mut dvm) = elastic_with(
+        "elastic-remap",
+        4,
+        0,
+        Setup {
+            extra: &[("dvmlab_max_launching", "1")],
+            conf: &[(
+                "JobProlog",
+                "[ \"$DVMLAB_JOB_ID\" != 1 ] || while [ ! -e \"$TMPDIR/../../go\" ]; do sleep 0.02; done",
+            )],
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    let mut first = spawn_prun(
+        &dvm,
+        &["-n", "1", "--host", "n01", "--", "true"],
+        &dir.join("1.out"),
+    );
+    wait_job_state(&dvm, 1, "STARTING");
+    let mut second = spawn_prun(&dvm, &["--", "hostname"], &dir.join("2.out"));
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let j = jobs(&dvm).into_iter().find(|j| j.id == 2);
+        match j {
+            Some(j) if j.placement.iter().any(|p| p.host == "n04") => Ok(()),
+            other => Err(format!("job 2 not mapped onto n04 yet: {other:?}")),
+        }
+    })
+    .unwrap();
+    let (ok, out, err) = dvm.pctl(&["shrink", "n04", "--wait"]);
+    assert!(ok, "{out}{err}\n{}", dvm.cluster.logs_tail(30));
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert_eq!(finish(&mut first, "prun 1"), Some(0));
+    assert_eq!(
+        finish(&mut second, "prun 2"),
+        Some(0),
+        "{}",
+        dvm.cluster.logs_tail(30)
+    );
+    let out = std::fs::read_to_string(dir.join("2.out")).unwrap();
+    let mut ran: Vec<&str> = out.lines().map(str::trim).collect();
+    ran.sort();
+    assert_eq!(ran, ["n01", "n02", "n03"], "remapped off n04");
+    dvm.stop_cleanly(&ctl_and_nodes(3).1);
+}
+
+#[test]
+fn a_dvm_grows_from_8_to_16_while_jobs_keep_arriving_and_none_fails() {
+    let Some(mut dvm) = elastic("elastic-busy", 8, 8, &[]) else {
+        return;
+    };
+    let spares: Vec<String> = (1..=8).map(|i| format!("g{i:02}")).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let results = std::thread::scope(|sc| {
+        let submitter = sc.spawn(|| {
+            let mut codes = Vec::new();
+            let mut hosts = std::collections::BTreeSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || codes.len() < 3 {
+                let (code, out, err) = prun(&dvm, &["--", "hostname"]);
+                codes.push((code, err));
+                hosts.extend(out.lines().map(|l| l.trim().to_string()));
+            }
+            (codes, hosts)
+        });
+        let (code, lines, err) = palloc(&dvm, &["new", "--host", &spares.join(",")]);
+        assert_eq!(code, Some(0), "{lines:?} {err}");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        submitter.join().unwrap()
+    });
+    let (codes, hosts) = results;
+    for (code, err) in &codes {
+        assert_eq!(*code, Some(0), "a job failed during the grow: {err}");
+    }
+    let (code, out, _) = prun(&dvm, &["--", "hostname"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out.lines().count(), 16, "{out}");
+    assert!(hosts.len() >= 8, "{hosts:?}");
+    let s = dvm.status().unwrap();
+    assert_eq!(
+        s.members
+            .iter()
+            .filter(|m| m.state == MemberState::Joined)
+            .count(),
+        17
+    );
+    let mut all = ctl_and_nodes(8).1;
+    all.retain(|h| !h.starts_with('g'));
+    dvm.stop_cleanly(&all);
 }

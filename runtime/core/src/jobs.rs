@@ -563,8 +563,9 @@ impl JobManager {
         j.report.state = "INACTIVE".into();
         j.report.exception = Some(exception.clone());
         let tool = j.tool.take();
-        // No process ran: no wait status, the exception says what happened.
-        let status = 0;
+        // No process ran; the job failed all the same (exit status 1, as a shell reports a
+        // command that could not start), and the exception says why.
+        let status = 1 << 8;
         if let Some(link) = tool {
             self.reply(
                 link,
@@ -1207,13 +1208,13 @@ mod tests {
                     link: 6,
                     reply: ToolReply::JobEnded {
                         id: 3,
-                        status: 0,
+                        status: 256,
                         exception: Some("grow-failed: x".into())
                     }
                 },
                 Output::Ended {
                     id: 3,
-                    status: 0,
+                    status: 256,
                     exception: Some("grow-failed: x".into())
                 },
             ]

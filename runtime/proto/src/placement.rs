@@ -50,7 +50,8 @@ impl TryFrom<Unchecked> for Placement {
                 u.nprocs
             ));
         }
-        if u.nodes.0.is_empty() {
+        // No node is a job not mapped yet, which has no process either.
+        if u.nodes.0.is_empty() && u.nprocs > 0 {
             return Err("placement with no node".into());
         }
         Ok(Placement {
