@@ -80,7 +80,7 @@ print("v1 ok")
 s = connect()
 w = hello(s, 9, 2)
 assert w["t"] == "welcome" and w["version"] == 3, w
-send(s, {"t": "tool", "req": "grow", "hosts": ["x"]})
+send(s, {"t": "tool", "req": "teleport", "hosts": ["x"]})
 r = recv(s)
 assert r["reply"] == "error" and "does not know that request" in r["message"], r
 send(s, {"t": "tool", "req": "status"})
