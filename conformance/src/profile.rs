@@ -152,6 +152,48 @@ pub struct Events {
     pub ring_key: Option<String>,
 }
 
+/// How to make a DVM elastic and change its size (the elastic DVM items). Placeholders:
+/// `{directive}` (`new`, `extend`, `release`) and `{linger}` (seconds) in `request`,
+/// `{hosts}` (comma separated) in `hosts`, `grow` and `shrink`, `{id}` in `alloc_id` and
+/// `req_id`. The JSON lines `request` prints are documented in `conformance/README.md`
+/// ("Elastic DVM").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Elastic {
+    /// The MCA parameter and value that turn elastic mode on (given as `[mca]` says).
+    pub mode: [String; 2],
+    /// The MCA parameter naming the launch agent (`AGENT HOST COMMAND ARGS…`, as `ssh`);
+    /// the suite gives it the harness's agent for the test's spare hosts.
+    pub agent_param: String,
+    /// A request from a requester: prints `{"phase": "accepted"|"rejected", ...}`, then
+    /// each terminal event it hears as `{"phase": "event", ...}` until `{linger}` seconds
+    /// after the first.
+    pub request: Vec<String>,
+    /// Words naming the hosts of a request.
+    pub hosts: Vec<String>,
+    /// Words naming the allocation of a request.
+    pub alloc_id: Vec<String>,
+    /// Words giving the requester's own id for a request.
+    pub req_id: Vec<String>,
+    /// A push with no requester: grow onto `{hosts}`, exit 0 once it is done.
+    pub grow: Vec<String>,
+    /// A push: the daemons of `{hosts}` leave; exit 0 once they have.
+    pub shrink: Vec<String>,
+    /// The job state a held job shows in the job list.
+    pub waiting_state: String,
+    /// An MCA parameter and value bounding how long a new daemon may take to report in.
+    #[serde(default)]
+    pub timeout: Option<[String; 2]>,
+    /// The MCA parameter limiting how many jobs launch at once: the launch-boundary items
+    /// need it (without it they are UNSUPPORTED).
+    #[serde(default)]
+    pub launch_limit: Option<String>,
+    /// The MCA parameter naming a release command (`CMD HOST…`) a finished shrink runs:
+    /// the release-cycle items need it.
+    #[serde(default)]
+    pub release_command: Option<String>,
+}
+
 /// Optional features an implementation declares. Items that need an absent one are
 /// UNSUPPORTED.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -179,6 +221,7 @@ struct Raw {
     process_backend: Option<ProcessBackend>,
     jobs: Option<Jobs>,
     events: Option<Events>,
+    elastic: Option<Elastic>,
     #[serde(default)]
     features: Features,
 }
@@ -201,6 +244,7 @@ pub struct Profile {
     pub process_backend: Option<ProcessBackend>,
     pub jobs: Option<Jobs>,
     pub events: Option<Events>,
+    pub elastic: Option<Elastic>,
     pub features: Features,
     /// Known deviations (`<profile>.expected.toml` beside it), by item id. The run passes
     /// when exactly these items FAIL, each as it is expected to.
@@ -433,6 +477,24 @@ impl Profile {
                 fill(server, &vars);
             }
         }
+        if let Some(e) = raw.elastic.as_mut() {
+            for (key, words) in [
+                ("elastic.request", &mut e.request),
+                ("elastic.grow", &mut e.grow),
+                ("elastic.shrink", &mut e.shrink),
+            ] {
+                if words.is_empty() {
+                    return Err(err(key, "must name a program"));
+                }
+                fill(words, &vars);
+            }
+            if !has_dvm {
+                return Err(err(
+                    "elastic",
+                    "an elastic DVM is a DVM: the profile needs [daemon], [status] and [stop]",
+                ));
+            }
+        }
         if has_dvm && raw.events.as_ref().is_some_and(|e| e.server.is_some()) {
             return Err(err(
                 "events.server",
@@ -484,6 +546,7 @@ impl Profile {
             process_backend: raw.process_backend,
             jobs: raw.jobs,
             events: raw.events,
+            elastic: raw.elastic,
             features: raw.features,
             expected: BTreeMap::new(),
             expected_path: PathBuf::new(),

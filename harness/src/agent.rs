@@ -23,6 +23,49 @@ pub struct AgentHost {
     pub env: Vec<(String, String)>,
 }
 
+/// The `dvmlab-harness` program beside the calling test binary (`<target>/<profile>/`),
+/// built first (once per process) so that it is never stale.
+pub fn program() -> Result<PathBuf, String> {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            // <target>/<profile>/deps/<test binary>
+            let dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .ok_or("no target directory above this program")?
+                .to_path_buf();
+            let profile = match dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") | None => "dev".to_string(),
+                Some(other) => other.to_string(),
+            };
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+            let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "build",
+                    "--quiet",
+                    "--bin",
+                    "dvmlab-harness",
+                    "--profile",
+                    &profile,
+                ])
+                .arg("--manifest-path")
+                .arg(&manifest)
+                .status()
+                .map_err(|e| format!("building dvmlab-harness: {e}"))?;
+            let program = dir.join("dvmlab-harness");
+            if !st.success() || !program.exists() {
+                return Err(format!(
+                    "building dvmlab-harness ({st}) left no {}",
+                    program.display()
+                ));
+            }
+            Ok(program)
+        })
+        .clone()
+}
+
 /// Writes `dir/agent.json` and the script `dir/agent`; returns the script's path.
 pub fn write(dir: &Path, harness: &Path, hosts: &[AgentHost]) -> Result<PathBuf, String> {
     let spec = dir.join("agent.json");
@@ -64,4 +107,34 @@ pub fn exec(hosts_file: &Path, host: &str, argv: &[String]) -> String {
     }
     let e: io::Error = cmd.exec();
     format!("{prog}: {e}")
+}
+
+/// Writes `dir/gated-agent`, which runs `agent` for a host only once the test lets it:
+/// it waits for the file `dir/open-HOST` (handing over, after writing its pid, which becomes
+/// the daemon's, to `dir/pid-HOST`) or `dir/fail-HOST` (exiting 7 without starting
+/// anything). A grow through it stays in progress until the test decides how it ends.
+pub fn write_gated(dir: &Path, agent: &Path) -> Result<PathBuf, String> {
+    let gated = dir.join("gated-agent");
+    let script = format!(
+        "#!/bin/sh\n# Waits for the test's word before it runs the launch agent for a host.\nd='{}'\nh=\"$1\"\nwhile [ ! -e \"$d/open-$h\" ] && [ ! -e \"$d/fail-$h\" ]; do sleep 0.02; done\nif [ -e \"$d/fail-$h\" ]; then echo \"gated agent: $h fails\" >&2; exit 7; fi\necho $$ > \"$d/pid-$h\"\nexec '{}' \"$@\"\n",
+        dir.display(),
+        agent.display()
+    );
+    std::fs::write(&gated, script).map_err(|e| format!("write {}: {e}", gated.display()))?;
+    std::fs::set_permissions(&gated, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", gated.display()))?;
+    Ok(gated)
+}
+
+/// Lets the gated agent of run directory `dir` hand `host` over (or fail it).
+pub fn gate(dir: &Path, host: &str, open: bool) -> Result<(), String> {
+    let f = dir.join(format!("{}-{host}", if open { "open" } else { "fail" }));
+    std::fs::write(&f, "").map_err(|e| format!("write {}: {e}", f.display()))
+}
+
+/// The pid the gated agent handed `host` over as (the daemon's), once it has.
+pub fn gated_pid(dir: &Path, host: &str) -> Option<i32> {
+    std::fs::read_to_string(dir.join(format!("pid-{host}")))
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
@@ -13,17 +13,6 @@ use dvmlab_proto::contract::{MemberState, StatusReport};
 use serde_json::Value;
 
 pub const PALLOC: &str = env!("CARGO_BIN_EXE_palloc");
-
-/// The harness program, built beside the runtime's binaries (the workspace builds both).
-fn harness_bin() -> PathBuf {
-    let p = std::path::Path::new(PRTED).with_file_name("dvmlab-harness");
-    assert!(
-        p.exists(),
-        "{} is missing: build the workspace (cargo build) so the launch agent can enter hosts",
-        p.display()
-    );
-    p
-}
 
 /// How an elastic test DVM is set up.
 #[derive(Default)]
@@ -63,19 +52,12 @@ fn elastic_with(test: &str, n: usize, spares: usize, setup: Setup) -> Option<Dvm
         conf = conf.set(k, *v);
     }
     let mut dvm = Dvm::new(test, b, IpMode::V4, &hosts, &conf);
-    let mut agent = dvm.cluster.write_agent(&harness_bin()).unwrap();
+    let mut agent = dvm
+        .cluster
+        .write_agent(&dvmlab_harness::agent::program().unwrap())
+        .unwrap();
     if setup.gated {
-        let dir = dvm.cluster.run_dir().to_path_buf();
-        let gated = dir.join("gated-agent");
-        let script = format!(
-            "#!/bin/sh\nd='{}'\nh=\"$1\"\nwhile [ ! -e \"$d/open-$h\" ] && [ ! -e \"$d/fail-$h\" ]; do sleep 0.02; done\nif [ -e \"$d/fail-$h\" ]; then echo \"gated agent: $h fails\" >&2; exit 7; fi\necho $$ > \"$d/pid-$h\"\nexec '{}' \"$@\"\n",
-            dir.display(),
-            agent.display()
-        );
-        std::fs::write(&gated, script).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&gated, std::fs::Permissions::from_mode(0o755)).unwrap();
-        agent = gated;
+        agent = dvmlab_harness::agent::write_gated(dvm.cluster.run_dir(), &agent).unwrap();
     }
     let mut argv = vec![PRTED.to_string(), "--bootstrap".to_string()];
     let mut pairs = vec![
@@ -203,11 +185,7 @@ fn a_fixed_size_dvm_refuses_to_grow_or_shrink_and_sends_no_event() {
 
 /// Lets the gated agent hand `host` over (or, with `fail`, fail it).
 fn gate(dvm: &Dvm, host: &str, fail: bool) {
-    let f = dvm
-        .cluster
-        .run_dir()
-        .join(format!("{}-{host}", if fail { "fail" } else { "open" }));
-    std::fs::write(f, "").unwrap();
+    dvmlab_harness::agent::gate(dvm.cluster.run_dir(), host, !fail).unwrap();
 }
 
 /// Starts `palloc ARGS --json` on the controller's host, its stdout to `out`.
@@ -415,10 +393,7 @@ fn a_new_daemon_killed_before_it_is_wired_rolls_its_grow_back_and_the_other_grow
     wait_campaigns(&dvm, 2);
     gate(&dvm, "g01", false);
     let pid = wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
-        std::fs::read_to_string(dir.join("pid-g01"))
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-            .ok_or("no pid yet".to_string())
+        dvmlab_harness::agent::gated_pid(&dir, "g01").ok_or("no pid yet".to_string())
     })
     .unwrap();
     nix::sys::signal::kill(

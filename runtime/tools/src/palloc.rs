@@ -62,6 +62,11 @@ struct Cli {
     #[arg(long, default_value_t = 120.0)]
     timeout: f64,
 
+    /// Keep listening this many seconds after the terminal event, printing any other
+    /// terminal event that arrives (there should be none: one per request).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    linger: f64,
+
     /// The prte.conf to read.
     #[arg(long, value_name = "PATH")]
     conf: Option<String>,
@@ -81,6 +86,14 @@ enum DirectiveArg {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     crate::run_tool("palloc", run(cli))
+}
+
+/// Now, in microseconds since the Unix epoch (when an event arrived, to order it against
+/// what other processes of the machine saw).
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// The next frame from the daemon `name`, before `deadline`.
@@ -162,8 +175,19 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
         .await
         .map_err(|e| (3, format!("{name}: {e}")))?;
     let mut alloc = None;
+    let mut first: Option<Status> = None;
+    let mut linger_until: Option<tokio::time::Instant> = None;
     loop {
-        match next(&mut framed, deadline, &name).await? {
+        let frame = match linger_until {
+            Some(until) => match tokio::time::timeout_at(until, framed.next()).await {
+                Err(_) | Ok(None) | Ok(Some(Err(_))) => {
+                    return Ok(if first == Some(DVM_IS_READY) { 0 } else { 1 })
+                }
+                Ok(Some(Ok(f))) => f,
+            },
+            None => next(&mut framed, deadline, &name).await?,
+        };
+        match frame {
             Frame::ToolReply(ToolReply::Allocated {
                 alloc_id,
                 status,
@@ -220,7 +244,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
                         "{}",
                         json!({"phase": "event", "name": name, "code": event.code,
                                "alloc_id": id, "req_id": get(ALLOC_REQ_ID), "cause": cause,
-                               "cause_name": cause.and_then(code_name)})
+                               "cause_name": cause.and_then(code_name), "at_us": unix_us()})
                     );
                 } else {
                     let cause = cause
@@ -233,7 +257,14 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
                         get(ALLOC_REQ_ID).map_or("-".into(), |v| v.to_string()),
                     );
                 }
-                return Ok(if event.code == DVM_IS_READY { 0 } else { 1 });
+                let code = *first.get_or_insert(event.code);
+                if cli.linger <= 0.0 {
+                    return Ok(if code == DVM_IS_READY { 0 } else { 1 });
+                }
+                if linger_until.is_none() {
+                    linger_until =
+                        Some(tokio::time::Instant::now() + Duration::from_secs_f64(cli.linger));
+                }
             }
             // Anything else on this connection (another event, a stray reply) is not ours.
             _ => {}

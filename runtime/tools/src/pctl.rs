@@ -96,7 +96,8 @@ enum Command {
     },
     /// Shrink the DVM (elastic mode): the daemons on HOSTs leave. An operator's push.
     Shrink {
-        #[arg(required = true, value_name = "HOST")]
+        /// Hosts to take out (comma-separated or separate words).
+        #[arg(required = true, value_delimiter = ',', value_name = "HOST")]
         hosts: Vec<String>,
         /// Wait until they have gone (exit 1 if the shrink failed).
         #[arg(long)]
