@@ -73,6 +73,10 @@ const SOURCES: &[(&str, &str)] = &[
         "catalog/pmix-rfc0002.toml",
         include_str!("../catalog/pmix-rfc0002.toml"),
     ),
+    (
+        "catalog/elastic.toml",
+        include_str!("../catalog/elastic.toml"),
+    ),
 ];
 
 /// Parses one catalog and checks its ids: unique, prefixed by the spec name.

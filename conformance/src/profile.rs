@@ -179,6 +179,9 @@ pub struct Elastic {
     pub grow: Vec<String>,
     /// A push: the daemons of `{hosts}` leave; exit 0 once they have.
     pub shrink: Vec<String>,
+    /// Runs a job of `{nprocs}` processes wherever the DVM places them (one per node when
+    /// there are as many nodes) and waits for it; the job's command is appended.
+    pub submit: Vec<String>,
     /// The job state a held job shows in the job list.
     pub waiting_state: String,
     /// An MCA parameter and value bounding how long a new daemon may take to report in.
@@ -188,6 +191,11 @@ pub struct Elastic {
     /// need it (without it they are UNSUPPORTED).
     #[serde(default)]
     pub launch_limit: Option<String>,
+    /// A `prte.conf` key whose value is a shell command each daemon runs before it starts a
+    /// job's processes on its node (holding a launch open); with `launch_limit`, the
+    /// launch-boundary items need it.
+    #[serde(default)]
+    pub prolog_key: Option<String>,
     /// The MCA parameter naming a release command (`CMD HOST…`) a finished shrink runs:
     /// the release-cycle items need it.
     #[serde(default)]
@@ -480,6 +488,7 @@ impl Profile {
         if let Some(e) = raw.elastic.as_mut() {
             for (key, words) in [
                 ("elastic.request", &mut e.request),
+                ("elastic.submit", &mut e.submit),
                 ("elastic.grow", &mut e.grow),
                 ("elastic.shrink", &mut e.shrink),
             ] {

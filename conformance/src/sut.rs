@@ -454,6 +454,12 @@ impl<'a> Dvm<'a> {
 
     /// The profile's stop command; then every daemon started must have exited, with status 0.
     pub fn stop(&mut self) -> Verdict {
+        self.stop_sparing(&[])
+    }
+
+    /// As [`Dvm::stop`], the daemons of `killed` (killed on purpose) not judged by how they
+    /// exited.
+    pub fn stop_sparing(&mut self, killed: &[String]) -> Verdict {
         let mut argv = self.ctx.profile.stop.command.clone();
         argv.extend(self.tool_args.iter().cloned());
         let (code, out, err) = self.run_on(&self.ctl, &argv, COMMAND_LIMIT)?;
@@ -465,7 +471,7 @@ impl<'a> Dvm<'a> {
         }
         let grace = Duration::from_secs_f64(self.ctx.profile.stop.grace_seconds);
         for h in self.hosts() {
-            if self.cluster.pid(&h).is_none() {
+            if self.cluster.pid(&h).is_none() || killed.contains(&h) {
                 continue;
             }
             // A daemon that exited before the stop is judged by its status too.

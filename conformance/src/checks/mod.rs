@@ -4,6 +4,7 @@ use crate::outcome::Verdict;
 use crate::sut::Ctx;
 
 mod bootstrap;
+mod elastic;
 mod rfc0002;
 mod rfc33;
 
@@ -43,5 +44,6 @@ pub fn all() -> Vec<TestDef> {
     let mut v = bootstrap::tests();
     v.extend(rfc33::tests());
     v.extend(rfc0002::tests());
+    v.extend(elastic::tests());
     v
 }

@@ -14,6 +14,20 @@ impl Node {
             if m.rank == 0 || !self.roster.contains(m.rank) || m.rank == self.me {
                 continue;
             }
+            // A rank that left the DVM and comes back through a daemon that had not heard
+            // yet: it gets no route, and is told again to leave.
+            if self.roster.state(m.rank) == Some(State::Departed) {
+                self.send(
+                    link,
+                    DaemonMsg::Routed {
+                        src: self.me,
+                        dst: m.rank,
+                        ttl: ROUTE_TTL,
+                        body: Body::Depart,
+                    },
+                );
+                continue;
+            }
             // A daemon speaks only for its own subtree: whoever it is connected to, the ranks
             // below it are its descendants by the tree formula.
             if !self.cfg.tree.is_ancestor_or_self(child, m.rank) {
