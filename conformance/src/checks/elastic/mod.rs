@@ -42,7 +42,7 @@ pub(crate) fn tests() -> Vec<TestDef> {
             => ["intent_not_enough", "crash_counts", "once"],
         a_job_held_at_the_launch_boundary_is_remapped_off_a_departing_node
             => ["held_at_launch", "remapped", "no_launch_to_departing", "unaffected_job",
-                "map_survivors", "grow_no_launch_stall"],
+                "map_held", "map_survivors", "grow_no_launch_stall"],
         a_push_and_a_request_that_changes_nothing_send_no_event
             => ["push_no_event", "no_change_no_event"],
         stopping_the_dvm_during_a_grow_ends_the_jobs_held_for_it,
@@ -951,6 +951,8 @@ pub fn a_job_held_at_the_launch_boundary_is_remapped_off_a_departing_node(ctx: &
     s.dvm
         .wait_job(Duration::from_secs(20), "job 1 listed", |j| j.id == 1)?;
     let second = s.spawn_job("second", 4, &[], &["hostname"])?;
+    s.dvm
+        .wait_job(Duration::from_secs(20), "job 2 listed", |j| j.id == 2)?;
     let third = s.spawn_job("third", 1, &["n02".to_string()], &["hostname"])?;
     let mapped = s
         .dvm
@@ -975,6 +977,8 @@ pub fn a_job_held_at_the_launch_boundary_is_remapped_off_a_departing_node(ctx: &
     );
     // Submitted during the shrink: mapped only after it, onto the survivors.
     let fourth = s.spawn_job("fourth", 3, &[], &["hostname"])?;
+    let held4 = s.wait_held(4);
+    ctx.aspect("map_held", held4.as_ref().map(|_| ()).map_err(Clone::clone));
     s.kill("n04")?;
     let (sc, _) = shrink.finish()?;
     if sc != Some(0) {
