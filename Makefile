@@ -73,6 +73,7 @@ bench:
 	cargo bench -p dvmlab-runtime --bench formation
 	cargo bench -p dvmlab-runtime --bench jobs
 	cargo bench -p dvmlab-runtime --bench key
+	cargo bench -p dvmlab-runtime --bench elastic
 	@if pkg-config --exists pmix json-c; then \
 	  mkdir -p target/bench && $(MAKE) -s -C conformance/examples/openpmix OUT=$(CURDIR)/target/bench/pmix-adapter && \
 	  DVMLAB_PMIX_ADAPTER=$(CURDIR)/target/bench/pmix-adapter cargo bench -p dvmlab-runtime --bench events; \

@@ -25,6 +25,8 @@ pub fn backend() -> BackendKind {
 }
 
 /// A comma-separated list of sizes from `var`, else `default`.
+// Not every bench takes sizes.
+#[allow(dead_code)]
 pub fn sizes(var: &str, default: &str) -> Vec<usize> {
     std::env::var(var)
         .unwrap_or_else(|_| default.into())
