@@ -179,3 +179,50 @@ fn a_runtime_that_never_heals_fails_the_heal_item_from_the_network_alone() {
     assert!(why.contains("nearest booted ancestor"), "{why}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The reference daemon given one deliberate elastic defect (the runtime's test-only
+/// parameter `dvmlab_test_elastic_fault`).
+fn faulty(fault: &str) -> String {
+    format!(
+        r#"["{{build_dir}}/prted", "--bootstrap", "--prtemca", "dvmlab_test_elastic_fault", "{fault}"]"#
+    )
+}
+
+#[test]
+fn a_runtime_that_parks_nothing_fails_deferral() {
+    let dir = scratch("parks-nothing");
+    let p = broken_profile(&dir, "parks-nothing", &faulty("park-nothing"), STATUS);
+    let (o, why) = judge(&p, "elastic.admission.deferral");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    assert!(why.contains("held for the change"), "{why}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_runtime_that_admits_jobs_before_its_new_daemons_are_wired_fails_grow_completion() {
+    let dir = scratch("early-admit");
+    let p = broken_profile(&dir, "early-admit", &faulty("complete-on-launch"), STATUS);
+    let (o, why) = judge(&p, "elastic.grow.park-map");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    let (o, why) = judge(&p, "elastic.grow.complete-def");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_runtime_that_rolls_a_failed_grow_back_partly_fails_rollback() {
+    let dir = scratch("partial-rollback");
+    let p = broken_profile(
+        &dir,
+        "partial-rollback",
+        &faulty("partial-rollback"),
+        STATUS,
+    );
+    let (o, why) = judge(&p, "elastic.grow.rollback");
+    assert_eq!(o, Outcome::Fail, "{why}");
+    assert!(
+        why.contains("exactly the membership before the grow"),
+        "{why}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

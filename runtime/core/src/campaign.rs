@@ -149,6 +149,29 @@ pub enum Output {
     Lost(IdSet),
 }
 
+/// A deliberate defect, for showing that the conformance suite catches it (the test-only
+/// parameter `dvmlab_test_elastic_fault`). Never set outside such a test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Jobs are never held: the fence is ignored.
+    ParkNothing,
+    /// A grow counts as complete as soon as its daemons are launched, before they are wired.
+    CompleteOnLaunch,
+    /// A failed grow departs only the daemons that started: the others stay members.
+    PartialRollback,
+}
+
+impl Fault {
+    pub fn parse(s: &str) -> Option<Fault> {
+        match s {
+            "park-nothing" => Some(Fault::ParkNothing),
+            "complete-on-launch" => Some(Fault::CompleteOnLaunch),
+            "partial-rollback" => Some(Fault::PartialRollback),
+            _ => None,
+        }
+    }
+}
+
 /// How the controller runs campaigns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -158,6 +181,8 @@ pub struct Config {
     pub timeout: Duration,
     /// The resource components a finished shrink is offered to, in order.
     pub components: Vec<String>,
+    /// A deliberate defect (tests of the conformance suite only).
+    pub fault: Option<Fault>,
 }
 
 /// A grow or shrink in progress.
@@ -193,6 +218,7 @@ pub struct Campaigns {
     allocations: BTreeMap<String, IdSet>,
     fence: Fence,
     torn_down: bool,
+    fault: Option<Fault>,
 }
 
 impl Campaigns {
@@ -206,7 +232,13 @@ impl Campaigns {
             allocations: BTreeMap::new(),
             fence: Fence::OPEN,
             torn_down: false,
+            fault: cfg.fault,
         }
+    }
+
+    /// The deliberate defect this controller was given, if any.
+    pub fn fault(&self) -> Option<Fault> {
+        self.fault
     }
 
     /// The boundaries as they stand.
@@ -504,6 +536,9 @@ impl Campaigns {
                 withheld: IdSet::new(),
             },
         );
+        if self.fault == Some(Fault::CompleteOnLaunch) {
+            self.grow_done(roster, id, out);
+        }
     }
 
     fn start_shrink(
@@ -805,12 +840,17 @@ impl Campaigns {
             c.alloc_id
         )));
         for rank in c.targets.iter() {
-            if matches!(roster.state(rank), Some(State::Wired | State::Joining)) {
+            let started = matches!(roster.state(rank), Some(State::Wired | State::Joining));
+            if started {
                 out.push(Output::Depart { rank });
             }
             out.push(Output::KillLaunch { rank });
-            roster.depart(rank);
-            out.push(Output::CutOff { rank });
+            if started || self.fault != Some(Fault::PartialRollback) {
+                roster.depart(rank);
+                out.push(Output::CutOff { rank });
+            } else {
+                roster.admit(rank);
+            }
         }
         out.push(Output::Membership);
         out.push(Output::AbortParked {
@@ -939,6 +979,7 @@ mod tests {
             radix: 2,
             timeout: Duration::from_secs(5),
             components: vec!["pool".into(), "alloc".into()],
+            fault: None,
         });
         (c, roster)
     }

@@ -31,6 +31,11 @@ pub fn step(
     let mut step = Step::default();
     for o in campaigns.handle(roster, input) {
         let to_jobs = match o {
+            campaign::Output::Fence(_)
+                if campaigns.fault() == Some(campaign::Fault::ParkNothing) =>
+            {
+                continue
+            }
             campaign::Output::Fence(f) => jobs::Input::Fence(f),
             campaign::Output::AbortParked { launch_too, cause } => {
                 jobs::Input::AbortParked { launch_too, cause }

@@ -314,6 +314,7 @@ pub async fn run(
             radix: s.radix,
             timeout: s.launch_timeout,
             components: vec!["pool".into(), "alloc".into()],
+            fault: s.elastic_fault,
         }),
         s.max_launching,
     );

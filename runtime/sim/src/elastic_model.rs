@@ -111,6 +111,7 @@ impl World {
                 radix: 2,
                 timeout: Duration::from_secs(1),
                 components: (0..b.components).map(|i| format!("c{i}")).collect(),
+                fault: None,
             }),
             mgr,
             requests: 0,

@@ -33,7 +33,7 @@ pub(crate) fn tests() -> Vec<TestDef> {
         an_elastic_dvm_that_never_changes_size_holds_no_job => ["never_held"],
         jobs_arriving_during_a_grow_wait_then_run_on_the_grown_dvm
             => ["held", "invisible", "admitted_onto_new_nodes", "waiting_state", "passive",
-                "premapped_unstalled", "unrelated_loss", "no_unready_map"],
+                "premapped_unstalled", "unrelated_loss", "no_unready_map", "not_before_wired"],
         a_grow_whose_launch_fails_is_undone_exactly_and_its_held_jobs_end
             => ["rolled_back", "held_jobs_end", "err_payload", "stable_after", "nothing_ran"],
         concurrent_grows_and_a_shrink_are_each_accounted_for
@@ -648,16 +648,26 @@ pub fn jobs_arriving_during_a_grow_wait_then_run_on_the_grown_dvm(ctx: &Ctx) -> 
         "waiting_state",
         held.as_ref().map(|_| ()).map_err(Clone::clone),
     );
-    if let Ok(j) = &held {
-        ctx.aspect(
-            "no_unready_map",
-            check(
-                !hosts_of(j).contains(&"g01".to_string()),
-                "a held job is not placed on the joining daemon",
-                format!("{j:?}"),
-            ),
-        );
-    }
+    let j2 = s.jobs()?.into_iter().find(|j| j.id == 2);
+    ctx.aspect(
+        "no_unready_map",
+        check(
+            !j2.as_ref()
+                .is_some_and(|j| hosts_of(j).contains(&"g01".to_string())),
+            "no job is placed on a daemon that has not even started",
+            format!("{j2:?}"),
+        ),
+    );
+    let mut req = req;
+    let lines = req.lines();
+    ctx.aspect(
+        "not_before_wired",
+        check(
+            req.running() && phase(&lines, "event").is_empty(),
+            "the grow is not complete (no event) while its daemon has not even started",
+            format!("{lines:?}"),
+        ),
+    );
     std::fs::write(&flag, "").or_unresolved("letting job 1 end")?;
     let early_end = early.finish()?;
     ctx.aspect(
@@ -675,7 +685,6 @@ pub fn jobs_arriving_during_a_grow_wait_then_run_on_the_grown_dvm(ctx: &Ctx) -> 
             Site::state_of(st, "n02") == Some(MemberState::Lost)
         })?;
     let still = s.wait_held(2);
-    let mut req = req;
     ctx.aspect(
         "unrelated_loss",
         check(still.is_ok() && req.running(), "losing a daemon no campaign targets neither releases nor aborts the held job, nor ends the grow", format!("{still:?}")),

@@ -42,6 +42,9 @@ pub const STATE_VERBOSE_PARAM: &str = "state_base_verbose";
 /// A command run with the hosts a shrink freed (`CMD HOST…`) before the shrink completes,
 /// so a resource manager can take its nodes back (an extension).
 pub const RELEASE_COMMAND_PARAM: &str = "dvmlab_release_command";
+/// Test-only: makes the elastic DVM deliberately wrong in one way (see
+/// [`crate::campaign::Fault`]), so the conformance suite can show it catches it.
+pub const ELASTIC_FAULT_PARAM: &str = "dvmlab_test_elastic_fault";
 /// At most this many jobs launching at once; the rest wait, mapped, for their turn.
 pub const MAX_LAUNCHING_PARAM: &str = "dvmlab_max_launching";
 
@@ -221,6 +224,8 @@ pub struct Settings {
     pub launch_timeout: Duration,
     /// [`STATE_VERBOSE_PARAM`].
     pub state_verbose: u32,
+    /// [`ELASTIC_FAULT_PARAM`].
+    pub elastic_fault: Option<crate::campaign::Fault>,
     /// [`RELEASE_COMMAND_PARAM`], split into words.
     pub release_command: Option<Vec<String>>,
     /// [`MAX_LAUNCHING_PARAM`]; `None`: no limit but the live jobs'.
@@ -421,6 +426,18 @@ impl Settings {
             launch_timeout,
             state_verbose,
             max_launching,
+            elastic_fault: params
+                .get(ELASTIC_FAULT_PARAM)
+                .map(|(v, o)| {
+                    crate::campaign::Fault::parse(v).ok_or_else(|| {
+                        bad_value(
+                            &o,
+                            "dvmlab_test_elastic_fault must be park-nothing, complete-on-launch or partial-rollback",
+                            v,
+                        )
+                    })
+                })
+                .transpose()?,
             release_command: params
                 .get(RELEASE_COMMAND_PARAM)
                 .map(|(v, _)| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
