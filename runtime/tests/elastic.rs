@@ -548,3 +548,65 @@ fn a_dvm_grows_from_8_to_16_while_jobs_keep_arriving_and_none_fails() {
     all.retain(|h| !h.starts_with('g'));
     dvm.stop_cleanly(&all);
 }
+
+#[test]
+fn a_job_process_asks_for_an_allocation_and_alone_hears_its_event() {
+    let Some(mut dvm) = elastic("elastic-proc", 2, 1, &[]) else {
+        return;
+    };
+    // A listener on the controller's node registered for both codes, as a bystander.
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    let mut argv = vec![PEVENT.to_string()];
+    argv.extend(
+        [
+            "listen",
+            "--handler",
+            "name=b,codes=-195:-196",
+            "--timeout",
+            "20",
+        ]
+        .map(String::from),
+    );
+    let mut bystander = dvm
+        .cluster
+        .command("ctl", &argv)
+        .unwrap()
+        .stdout(std::fs::File::create(dir.join("b.out")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let t = std::fs::read_to_string(dir.join("b.out")).unwrap_or_default();
+        if t.contains("\"ready\"") {
+            Ok(())
+        } else {
+            Err("bystander not ready".to_string())
+        }
+    })
+    .unwrap();
+    let (code, out, err) = prun(
+        &dvm,
+        &[
+            "-n", "1", "--host", "n01", "--", PALLOC, "new", "--host", "g01", "--json",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}\n{}", dvm.cluster.logs_tail(30));
+    let lines: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(lines[0]["phase"], "accepted", "{out}");
+    assert_eq!(
+        lines[1]["code"], -195,
+        "the job process hears its event: {out}"
+    );
+    let s = dvm.status().unwrap();
+    assert_eq!(state_of(&s, "g01"), Some(MemberState::Joined));
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    let heard = std::fs::read_to_string(dir.join("b.out")).unwrap_or_default();
+    assert!(
+        !heard.contains("\"handler\""),
+        "a bystander hears nothing: {heard}"
+    );
+    dvm.stop_cleanly(&ctl_and_nodes(2).1);
+}

@@ -24,7 +24,7 @@ use dvmlab_core::event::registry::RegId;
 use dvmlab_proto::event::{
     Completion, Directives, Event, EventDown, HandlerResult, Info, Proc, Range, Status,
 };
-use dvmlab_proto::wire::{Frame, FrameCodec, Hello, Peer};
+use dvmlab_proto::wire::{Directive, Frame, FrameCodec, Hello, Peer, ToolReply, ToolRequest};
 
 /// What happened next.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,6 +239,51 @@ impl Events {
                 "{} answered a notification with {other:?}",
                 self.peer
             )),
+        }
+    }
+
+    /// Asks the DVM for a change of size as this process (PMIx `PMIx_Allocation_request`):
+    /// the synchronous answer ([`ToolReply::Allocated`] or an error). The terminal event,
+    /// `PMIX_DVM_IS_READY` or `PMIX_ERR_DVM_MOD`, comes later to a handler registered for it
+    /// (register before asking, or it may come first and find none).
+    pub async fn alloc(
+        &mut self,
+        directive: Directive,
+        hosts: Vec<String>,
+        alloc_id: Option<String>,
+        req_id: Option<String>,
+    ) -> Result<ToolReply, String> {
+        let peer = self.peer.clone();
+        let Some(framed) = self.framed.as_mut() else {
+            return Err(format!("{peer} closed the connection: not sent"));
+        };
+        framed
+            .send(Frame::Tool(ToolRequest::Alloc {
+                directive,
+                hosts,
+                alloc_id,
+                req_id,
+            }))
+            .await
+            .map_err(|e| format!("{peer}: {e}"))?;
+        loop {
+            let Some(framed) = self.framed.as_mut() else {
+                return Err(format!("{peer} closed the connection"));
+            };
+            match framed.next().await {
+                Some(Ok(Frame::ToolReply(r))) => return Ok(r),
+                Some(Ok(Frame::EventDown(EventDown::Deliver { event }))) => {
+                    let out = self.core.arrived(event);
+                    self.carry_out(out).await?;
+                }
+                Some(Ok(other)) => return Err(format!("unexpected frame from {peer}: {other:?}")),
+                Some(Err(_)) | None => {
+                    self.framed = None;
+                    let out = self.core.server_lost();
+                    self.carry_out(out).await?;
+                    return Err(format!("{peer} closed the connection"));
+                }
+            }
         }
     }
 

@@ -478,6 +478,23 @@ fn print_table(s: &StatusReport) {
             "links      UNAUTHENTICATED: no DVMKeyFile, anyone who reaches DVMPort can join, run jobs or stop the DVM"
         );
     }
+    if s.elastic {
+        if s.campaigns.is_empty() {
+            dvmlab_host::outln!("elastic    no size change in progress");
+        }
+        for c in &s.campaigns {
+            dvmlab_host::outln!(
+                "elastic    {} {} ({}): ranks {:?}, {} of {} {}",
+                c.kind,
+                c.id,
+                c.alloc_id,
+                c.targets,
+                c.done.len(),
+                c.targets.len(),
+                if c.kind == "grow" { "wired" } else { "gone" }
+            );
+        }
+    }
     let w = s
         .members
         .iter()

@@ -268,7 +268,8 @@ impl EventHub {
                 let mut by_job: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
                 let tools_here = format!("tool@{}.", self.rank);
                 for p in procs {
-                    // A tool connected here, by the name this hub gives it.
+                    // A client connected here by its connection's name (a tool, or a job
+                    // process that made a request), as the controller names requesters.
                     if let Some(link) = p
                         .nspace
                         .strip_prefix(&tools_here)

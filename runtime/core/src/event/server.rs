@@ -233,10 +233,11 @@ impl LocalServer {
             .collect()
     }
 
-    /// An event for the one tool `client`, if it registered for it (nothing is kept).
+    /// An event for the one client on connection `client` (a tool, or a job process that
+    /// made a request as one), if it registered for it (nothing is kept).
     pub fn tool_event(&mut self, client: ClientId, event: Event) -> Vec<Delivery> {
         match self.clients.get(&client) {
-            Some(c) if c.proc.is_none() && c.regs.wants(event.code, event.level) => {
+            Some(c) if c.regs.wants(event.code, event.level) => {
                 vec![Delivery { client, event }]
             }
             _ => Vec::new(),

@@ -575,6 +575,17 @@ impl Node {
     }
 
     fn on_tool(&mut self, now: Duration, link: LinkId, req: ToolRequest) {
+        // A job process may ask for an allocation (it is then a requester, answered as a
+        // tool is), and for nothing else a tool can.
+        if self.processes.contains(&link) {
+            if !matches!(req, ToolRequest::Alloc { .. }) {
+                return self.note(Note::Refused {
+                    link,
+                    reason: "a job process asks the DVM only for allocations".into(),
+                });
+            }
+            self.tools.insert(link);
+        }
         if !self.tools.contains(&link) {
             return self.note(Note::Refused {
                 link,
@@ -609,11 +620,16 @@ impl Node {
     }
 
     fn on_closed(&mut self, now: Duration, link: LinkId) {
-        if self.tools.contains(&link) {
-            return self.forget_tool(link);
+        // A job process that made a request is also served as a tool: both go.
+        let tool = self.tools.contains(&link);
+        if tool {
+            self.forget_tool(link);
         }
         if self.processes.remove(&link) {
             return self.emit(Output::EventClientGone { link });
+        }
+        if tool {
+            return;
         }
         if self.children.contains_key(&link) {
             self.drop_child(link);
