@@ -610,3 +610,23 @@ fn a_job_process_asks_for_an_allocation_and_alone_hears_its_event() {
     );
     dvm.stop_cleanly(&ctl_and_nodes(2).1);
 }
+
+#[test]
+fn a_restarted_controller_takes_up_the_grown_membership_and_the_grown_daemons_run_jobs() {
+    let Some(mut dvm) = elastic("elastic-restart", 2, 1, &[]) else {
+        return;
+    };
+    let (code, lines, err) = palloc(&dvm, &["new", "--host", "g01"]);
+    assert_eq!(code, Some(0), "{lines:?} {err}");
+    dvm.cluster.kill("ctl").unwrap();
+    dvm.cluster.start("ctl").unwrap();
+    let s = dvm.wait_status(Duration::from_secs(20), "the grown daemon back", |s| {
+        s.formed && state_of(s, "g01") == Some(MemberState::Joined)
+    });
+    assert_eq!(s.members.len(), 4, "{s:?}");
+    let (code, out, err) = prun(&dvm, &["-n", "1", "--host", "g01", "--", "hostname"]);
+    assert_eq!((code, out.trim()), (Some(0), "g01"), "{err}");
+    let log = dvm.cluster.log("ctl");
+    assert!(log.contains("took up the membership"), "{log}");
+    dvm.stop_cleanly(&["n01".to_string(), "n02".to_string()]);
+}

@@ -99,6 +99,9 @@ pub enum Output {
     },
     /// Worth an informational line in the log.
     Info(String),
+    /// Controller: the membership beyond `prte.conf`, to be kept where a restarted
+    /// controller finds it ([`crate::roster::Roster::settled`]).
+    PersistMembership(Wireup),
 }
 
 enum Work {
@@ -117,6 +120,8 @@ pub struct DaemonCore {
     mgr: Option<JobManager>,
     /// The controller in elastic mode: grows and shrinks in progress.
     campaigns: Option<Campaigns>,
+    /// The settled membership last given to the shell to keep.
+    kept_membership: Option<Wireup>,
     /// PMIx events: the clients of this node, and events over the tree.
     events: EventHub,
     /// The DVM's namespace (jobs' namespaces derive from it).
@@ -151,6 +156,7 @@ impl DaemonCore {
             exec: JobExec::new(me, controller, tree),
             mgr: None,
             campaigns: None,
+            kept_membership: None,
             up: None,
             formed_at_unix_ms: None,
             signalled: BTreeSet::new(),
@@ -287,6 +293,11 @@ impl DaemonCore {
                         continue;
                     };
                     let step = crate::elastic::step(c, self.node.roster_mut(), m, i);
+                    let settled = self.node.roster().settled();
+                    if self.kept_membership.as_ref() != Some(&settled) {
+                        self.kept_membership = Some(settled.clone());
+                        self.out.push(Output::PersistMembership(settled));
+                    }
                     for o in step.jobs {
                         self.mgr_output(o, &mut work);
                     }

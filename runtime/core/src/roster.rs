@@ -274,6 +274,19 @@ impl Roster {
         }
     }
 
+    /// The membership as it stands once every grow in progress is undone: what a restarted
+    /// controller takes up (its grows in flight end with it, so their ranks count as
+    /// departed, and are told to leave if they come).
+    pub fn settled(&self) -> Wireup {
+        let mut w = self.wireup();
+        for (r, m) in self.iter() {
+            if m.campaign.is_some() {
+                w.departed.insert(r);
+            }
+        }
+        w
+    }
+
     /// Takes a parent's membership if it is newer; returns whether it was. Ranks must follow
     /// on from the ones known (a gap or a renamed rank is refused as an error).
     pub fn apply(&mut self, w: &Wireup) -> Result<bool, String> {

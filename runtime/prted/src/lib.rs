@@ -226,9 +226,29 @@ pub async fn run(
         uri,
         session.dir().display()
     );
+    // A controller that grew or shrank the DVM in a previous life takes up that membership.
+    let membership_path = session.dir().join("membership.json");
+    let mut roster = p.roster();
+    if role == Role::Controller {
+        if let Ok(text) = std::fs::read_to_string(&membership_path) {
+            match serde_json::from_str(&text)
+                .map_err(|e| e.to_string())
+                .and_then(|w| roster.apply(&w))
+            {
+                Ok(_) => info!(
+                    "took up the membership a previous controller kept ({})",
+                    membership_path.display()
+                ),
+                Err(e) => warn!(
+                    "{}: not a membership ({e}); starting from prte.conf",
+                    membership_path.display()
+                ),
+            }
+        }
+    }
     let cfg = NodeConfig {
         identity: p.identity.clone(),
-        roster: p.roster(),
+        roster,
         tree: p.tree,
         policy: Policy {
             initial: s.retry_initial_delay,
@@ -401,6 +421,21 @@ pub async fn run(
                     hosts,
                 } => launcher.release(campaign, component, &name, &hosts),
                 Output::Info(l) => info!("{l}"),
+                // Rare (a grow or shrink), so written here: a restarted controller must not
+                // miss it.
+                Output::PersistMembership(w) => {
+                    let tmp = membership_path.with_extension("tmp");
+                    let res = serde_json::to_vec(&w)
+                        .map_err(std::io::Error::other)
+                        .and_then(|b| std::fs::write(&tmp, b))
+                        .and_then(|()| std::fs::rename(&tmp, &membership_path));
+                    if let Err(e) = res {
+                        warn!(
+                            "cannot keep the membership in {}: {e}",
+                            membership_path.display()
+                        );
+                    }
+                }
                 Output::JobState { id, state, code } => {
                     if states.jobs {
                         info!("job {id} state {state} ({code})");

@@ -439,7 +439,10 @@ impl Sim {
             | Output::JobState { .. } => {}
             // This simulation's DVM is fixed-size: nothing is launched or released (the
             // elastic controller is model-checked in `elastic_model`).
-            Output::Launch { .. } | Output::KillLaunch { .. } | Output::Release { .. } => {}
+            Output::Launch { .. }
+            | Output::KillLaunch { .. }
+            | Output::Release { .. }
+            | Output::PersistMembership(_) => {}
             Output::Log(l) | Output::Info(l) => {
                 if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
                     eprintln!("{:>6} ms r{r}: {l}", self.now);
