@@ -26,6 +26,15 @@ pub fn read(path: &Path) -> Vec<Persisted> {
     live
 }
 
+/// Replaces `path` by `json`, whole or not at all (a sibling written, then renamed over it):
+/// a controller killed meanwhile leaves the old file, never half a new one.
+pub fn replace_json(path: &Path, json: serde_json::Result<Vec<u8>>) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    json.map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|()| std::fs::rename(&tmp, path))
+}
+
 /// Writes the controller's list of live jobs to its file, off the daemon's thread: replacing
 /// a file by rename costs about a millisecond on ext4 (it flushes the new data first), which
 /// every job would otherwise wait for several times. Only the latest list is written when
@@ -46,11 +55,7 @@ impl JobsFile {
                 while let Ok(newer) = rx.try_recv() {
                     live = newer;
                 }
-                let tmp = path.with_extension("tmp");
-                let res = serde_json::to_vec(&live)
-                    .map_err(std::io::Error::other)
-                    .and_then(|b| std::fs::write(&tmp, b))
-                    .and_then(|()| std::fs::rename(&tmp, &path));
+                let res = replace_json(&path, serde_json::to_vec(&live));
                 if let Err(e) = res {
                     warn!("cannot keep the job list in {}: {e}", path.display());
                 }

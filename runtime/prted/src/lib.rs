@@ -424,12 +424,9 @@ pub async fn run(
                 // Rare (a grow or shrink), so written here: a restarted controller must not
                 // miss it.
                 Output::PersistMembership(w) => {
-                    let tmp = membership_path.with_extension("tmp");
-                    let res = serde_json::to_vec(&w)
-                        .map_err(std::io::Error::other)
-                        .and_then(|b| std::fs::write(&tmp, b))
-                        .and_then(|()| std::fs::rename(&tmp, &membership_path));
-                    if let Err(e) = res {
+                    if let Err(e) =
+                        jobs_file::replace_json(&membership_path, serde_json::to_vec(&w))
+                    {
                         warn!(
                             "cannot keep the membership in {}: {e}",
                             membership_path.display()
