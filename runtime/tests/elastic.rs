@@ -630,3 +630,42 @@ fn a_restarted_controller_takes_up_the_grown_membership_and_the_grown_daemons_ru
     assert!(log.contains("took up the membership"), "{log}");
     dvm.stop_cleanly(&["n01".to_string(), "n02".to_string()]);
 }
+
+#[test]
+fn a_grow_with_one_daemon_wired_and_one_failed_is_undone_and_the_wired_one_leaves() {
+    let Some(mut dvm) = elastic_with(
+        "elastic-half",
+        2,
+        2,
+        Setup {
+            gated: true,
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    let mut alloc = spawn_palloc(&dvm, &["new", "--host", "g01,g02"], &dir.join("p.out"));
+    wait_campaigns(&dvm, 1);
+    gate(&dvm, "g01", false);
+    dvm.wait_status(Duration::from_secs(20), "g01 wired", |s| {
+        s.campaigns.first().is_some_and(|c| c.done.len() == 1)
+    });
+    gate(&dvm, "g02", true);
+    assert_eq!(finish(&mut alloc, "palloc"), Some(1));
+    let pid = dvmlab_harness::agent::gated_pid(&dir, "g01").unwrap();
+    wait_until(
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+            Err(_) => Ok(()),
+            Ok(()) => Err("g01's daemon still runs".to_string()),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", dvm.cluster.logs_tail(30)));
+    let s = dvm.status().unwrap();
+    assert_eq!(state_of(&s, "g01"), Some(MemberState::Departed));
+    assert_eq!(state_of(&s, "g02"), Some(MemberState::Departed));
+    assert!(s.formed && s.campaigns.is_empty(), "{s:?}");
+    dvm.stop_cleanly(&ctl_and_nodes(2).1);
+}

@@ -382,6 +382,14 @@ impl Campaigns {
                     }
                     _ => None,
                 };
+                let changing = self.targets();
+                for h in &r.hosts {
+                    if let Some(rank) = roster.rank_of(h).filter(|rank| changing.contains(*rank)) {
+                        return Err(format!(
+                            "host {h} (rank {rank}) is joining or leaving in a size change in progress; ask again when it ends"
+                        ));
+                    }
+                }
                 let new: Vec<String> = r
                     .hosts
                     .iter()
@@ -402,7 +410,13 @@ impl Campaigns {
                         dvmlab_proto::limits::MAX_NODES
                     ));
                 }
-                if alloc_id.is_none() && self.allocations.len() >= MAX_ALLOCATIONS {
+                // Grows in flight become allocations when they complete.
+                let coming = self
+                    .campaigns
+                    .values()
+                    .filter(|c| c.kind == Kind::Grow)
+                    .count();
+                if alloc_id.is_none() && self.allocations.len() + coming >= MAX_ALLOCATIONS {
                     return Err(format!(
                         "the DVM remembers {MAX_ALLOCATIONS} allocations, the most it keeps; release one first"
                     ));
@@ -1394,6 +1408,12 @@ mod tests {
         c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
         let out = c.handle(&mut roster, req(8, Directive::Release, &["n4"], true));
         assert!(error(&out).unwrap().contains("still joining"));
+        // Nor is a host of a grow in flight "nothing to change": that grow may yet fail.
+        let out = c.handle(&mut roster, req(9, Directive::Extend, &["n4"], true));
+        assert!(
+            error(&out).unwrap().contains("joining or leaving"),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -280,9 +280,14 @@ impl Roster {
     pub fn settled(&self) -> Wireup {
         let mut w = self.wireup();
         for (r, m) in self.iter() {
-            if m.campaign.is_some() {
+            // A shrink in flight ends with its controller too: its targets are gone.
+            if m.campaign.is_some() || m.state == State::Departing {
                 w.departed.insert(r);
             }
+        }
+        // Newer than what the daemons hold, so that they take it from a restarted controller.
+        if w != self.wireup() {
+            w.epoch += 1;
         }
         w
     }
@@ -447,6 +452,15 @@ mod tests {
             ctl.compute_ranks(),
             vec![1, 2],
             "tagged: its grow is not done"
+        );
+        let settled = ctl.settled();
+        assert!(
+            settled.departed.contains(3) && !ctl.wireup().departed.contains(3),
+            "a restarted controller undoes a grow in flight"
+        );
+        assert!(
+            settled.epoch > ctl.epoch(),
+            "newer than what the daemons hold"
         );
         ctl.admit(3);
         assert_eq!(ctl.compute_ranks(), vec![1, 2, 3]);

@@ -119,8 +119,11 @@ impl Prepared {
         };
         let own = pick(identity.rank)?;
         let mut ancestors = BTreeMap::new();
+        // Ancestors that left the DVM are connected past, and their hosts may be gone.
         for a in tree.ancestors(identity.rank) {
-            ancestors.insert(a, pick(a)?);
+            if !membership.departed.contains(&a) {
+                ancestors.insert(a, pick(a)?);
+            }
         }
         Ok(Prepared {
             settings,

@@ -33,6 +33,8 @@ pub struct Launcher {
     /// The controller's own `--prtemca` pairs, passed on.
     forward: Vec<(String, String)>,
     release_command: Option<Vec<String>>,
+    /// How long a release command may take before the shrink goes on without it.
+    release_timeout: std::time::Duration,
     groups: HashMap<Rank, i32>,
     events: mpsc::Sender<Input>,
 }
@@ -42,6 +44,7 @@ impl Launcher {
         agent: Vec<String>,
         cli: &[(String, String)],
         release_command: Option<Vec<String>>,
+        release_timeout: std::time::Duration,
         events: mpsc::Sender<Input>,
     ) -> Launcher {
         Launcher {
@@ -53,6 +56,7 @@ impl Launcher {
                 .cloned()
                 .collect(),
             release_command,
+            release_timeout,
             groups: HashMap::new(),
             events,
         }
@@ -109,6 +113,12 @@ impl Launcher {
         }
     }
 
+    /// The agent of `rank` exited: its group is no longer this launcher's to signal (its
+    /// number may be reused).
+    pub fn exited(&mut self, rank: Rank) {
+        self.groups.remove(&rank);
+    }
+
     /// Stops whatever the launch of `rank` left running: TERM, then KILL.
     pub fn kill(&mut self, rank: Rank) {
         let Some(pg) = self.groups.remove(&rank) else {
@@ -144,18 +154,24 @@ impl Launcher {
             _ => None,
         };
         let hosts = hosts.to_vec();
+        let limit = self.release_timeout;
         tokio::spawn(async move {
             if let Some(words) = command {
+                // A command that hangs must not hold every launch of the DVM: it is given
+                // the launch timeout, then killed, and the shrink goes on.
                 let st = Command::new(&words[0])
                     .args(&words[1..])
                     .args(&hosts)
                     .stdin(Stdio::null())
-                    .status()
-                    .await;
-                match st {
-                    Ok(st) if st.success() => info!("release command took {hosts:?}"),
-                    Ok(st) => warn!("release command {words:?} {hosts:?} exited with {st}"),
-                    Err(e) => warn!("release command {words:?}: {e}"),
+                    .kill_on_drop(true)
+                    .status();
+                match tokio::time::timeout(limit, st).await {
+                    Ok(Ok(st)) if st.success() => info!("release command took {hosts:?}"),
+                    Ok(Ok(st)) => warn!("release command {words:?} {hosts:?} exited with {st}"),
+                    Ok(Err(e)) => warn!("release command {words:?}: {e}"),
+                    Err(_) => warn!(
+                        "release command {words:?} {hosts:?} still running after {limit:?}; killed"
+                    ),
                 }
             }
             let _ = events.send(done).await;

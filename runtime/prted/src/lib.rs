@@ -349,6 +349,7 @@ pub async fn run(
         s.launch_agent.clone(),
         &p.cli,
         s.release_command.clone(),
+        s.launch_timeout,
         launch_tx,
     );
     let mut pending = core.handle(now(), Input::Net(overlay::Input::Start));
@@ -458,7 +459,12 @@ pub async fn run(
                     None => break 'main,
                 },
                 Some(ji) = shell_rx.recv(), if room => Input::Shell(ji),
-                Some(li) = launch_rx.recv() => li,
+                Some(li) = launch_rx.recv() => {
+                    if let Input::LaunchExited { rank, .. } = &li {
+                        launcher.exited(*rank);
+                    }
+                    li
+                }
                 _ = ctx.drained.notified(), if !room => continue,
                 sig = signals.recv() => {
                     info!("received {sig}; rank {} exiting", core.rank());

@@ -95,6 +95,14 @@ fn unix_us() -> u64 {
 }
 
 async fn run(cli: Cli) -> Result<u8, (u8, String)> {
+    for (name, v) in [("--timeout", cli.timeout), ("--linger", cli.linger)] {
+        if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+            return Err((
+                2,
+                format!("{name} must be a number of seconds from 0 to 1000000"),
+            ));
+        }
+    }
     let params = Params::for_tool(&cli.prtemca, cli.conf.as_deref(), std::env::vars());
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(cli.timeout.max(0.0));
     // As the job process the environment names, or else as a tool of this node.

@@ -178,6 +178,10 @@ impl Node {
                 if self.is_controller() && self.roster.state(rank) == Some(State::Waiting) {
                     self.roster.set(rank, State::Joining);
                 }
+                // A daemon that reaches us while we leave is sent on at once.
+                if self.departing {
+                    self.send(link, DaemonMsg::Rehome);
+                }
                 // A daemon that reaches us while we stop is told to stop too, and awaited.
                 if let Some(st) = self.stopping.as_mut() {
                     st.pending.insert(rank);

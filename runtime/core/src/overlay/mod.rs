@@ -331,8 +331,16 @@ pub struct Node {
 impl Node {
     pub fn new(cfg: NodeConfig) -> Node {
         let me = cfg.identity.rank;
-        let uplink =
-            (cfg.identity.role == Role::Daemon).then(|| Uplink::new(me, cfg.tree, cfg.policy));
+        let uplink = (cfg.identity.role == Role::Daemon).then(|| {
+            let mut u = Uplink::new(me, cfg.tree, cfg.policy);
+            // A daemon launched into a DVM that shrank connects past the ranks that left.
+            for (r, m) in cfg.roster.iter() {
+                if m.state == State::Departed {
+                    u.avoid(r);
+                }
+            }
+            u
+        });
         Node {
             me,
             uplink,
@@ -740,12 +748,13 @@ impl Node {
                     .map(|(r, m)| (r, m.state))
                     .collect::<Vec<_>>()
             );
+            // A departed rank keeps its route until it is gone (it was told to leave).
             debug_assert!(
                 self.routes.keys().all(|r| matches!(
                     self.roster.state(*r),
-                    Some(State::Wired | State::Departing)
+                    Some(State::Wired | State::Departing | State::Departed)
                 )),
-                "a route to a rank neither wired nor departing"
+                "a route to a rank neither wired nor departing nor departed"
             );
         }
     }

@@ -161,6 +161,14 @@ impl Node {
         }
         self.pings.retain(|_, p| p.tool != tool);
         self.stop_tools.remove(&tool);
+        // A job process that made a request keeps its events connection: it hears why its
+        // request may be lost, and is no tool any more.
+        if self.processes.contains(&tool) {
+            return self.io(Io::Send {
+                link: tool,
+                frame: Frame::ToolReply(ToolReply::Error { message: reason }),
+            });
+        }
         self.emit(Output::EventClientGone { link: tool });
         self.io(Io::Send {
             link: tool,
