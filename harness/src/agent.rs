@@ -1,8 +1,8 @@
 //! The harness's launch agent: what `ssh HOST COMMAND ARGS…` is to real machines, for the
 //! hosts of one run. A cluster writes a small script into its run directory naming this
 //! run's hosts file; the script runs `dvmlab-harness agent`, which enters the host (its
-//! network namespace, `/etc` and host name, or for process hosts just their identity
-//! environment) and becomes COMMAND there.
+//! network namespace, `/etc` and host name; a docker host's container; or for process hosts
+//! just their identity environment) and becomes COMMAND there.
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -18,6 +18,9 @@ pub struct AgentHost {
     pub name: String,
     /// The host's network namespace (netns hosts).
     pub netns: Option<String>,
+    /// The pid of the host's container, and the directory to work in there (docker hosts).
+    #[serde(default)]
+    pub container: Option<(u32, PathBuf)>,
     pub etc_dir: PathBuf,
     /// Everything the process starts with.
     pub env: Vec<(String, String)>,
@@ -102,6 +105,11 @@ pub fn exec(hosts_file: &Path, host: &str, argv: &[String]) -> String {
     cmd.args(args).env_clear().envs(h.env.iter().cloned());
     if let Some(ns) = &h.netns {
         if let Err(e) = crate::netns::enter_named(&mut cmd, ns, &h.name, &h.etc_dir) {
+            return format!("entering host {host}: {e}");
+        }
+    }
+    if let Some((pid, cwd)) = &h.container {
+        if let Err(e) = crate::docker::enter_container(&mut cmd, *pid, cwd, &h.etc_dir) {
             return format!("entering host {host}: {e}");
         }
     }

@@ -566,21 +566,21 @@ impl Cluster {
 
     /// Writes this cluster's launch agent (`RUN_DIR/agent HOST COMMAND ARGS…` runs COMMAND
     /// on HOST, as `ssh` would on real machines: an elastic DVM's `plm_ssh_agent`) and
-    /// returns its path. `harness` is the `dvmlab-harness` program, which does the entering.
+    /// returns its path. Every backend has one. `harness` is the `dvmlab-harness` program, which does the entering.
     pub fn write_agent(&self, harness: &Path) -> Result<PathBuf, String> {
         let mut hosts = Vec::new();
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         for h in &self.hosts {
-            let netns = match self.world.as_ref() {
-                Some(World::Netns(w)) => Some(w.netns(h.index).to_string()),
-                Some(World::Process { .. }) => None,
-                Some(World::Docker(_)) => {
-                    return Err("the launch agent covers netns and process hosts; docker hosts are not supported yet".into())
-                }
+            let (netns, container) = match self.world.as_ref() {
+                Some(World::Netns(w)) => (Some(w.netns(h.index).to_string()), None),
+                Some(World::Process { .. }) => (None, None),
+                Some(World::Docker(w)) => (None, Some((w.pid(h.index), cwd.clone()))),
                 None => return Err("cluster already torn down".into()),
             };
             hosts.push(crate::agent::AgentHost {
                 name: h.name.clone(),
                 netns,
+                container,
                 etc_dir: self.etc_dir(&h.name),
                 env: self.host_env(&h.name)?,
             });

@@ -380,7 +380,19 @@ impl DockerWorld {
     /// Makes `cmd` start inside host `i`'s container (network, host name, file system), in
     /// directory `cwd` as the container sees it, with the files of `etc_dir` in its `/etc`.
     pub fn enter(&self, cmd: &mut Command, i: usize, cwd: &Path, etc_dir: &Path) -> io::Result<()> {
-        let pid = self.pids[i];
+        enter_container(cmd, self.pids[i], cwd, etc_dir)
+    }
+
+    /// The pid of host `i`'s container (its first process), by which it is entered.
+    pub fn pid(&self, i: usize) -> u32 {
+        self.pids[i]
+    }
+}
+
+/// Makes `cmd` run in the container whose first process is `pid`: its network, host name and
+/// file system, in `cwd`, with `etc_dir`'s files linked into its `/etc`.
+pub fn enter_container(cmd: &mut Command, pid: u32, cwd: &Path, etc_dir: &Path) -> io::Result<()> {
+    {
         link_etc(pid, etc_dir)?;
         let ns = |kind: &str| File::open(format!("/proc/{pid}/ns/{kind}"));
         let (net, uts, mnt) = (ns("net")?, ns("uts")?, ns("mnt")?);
@@ -412,7 +424,9 @@ impl DockerWorld {
         }
         Ok(())
     }
+}
 
+impl DockerWorld {
     /// Disconnects host `i` from every network of the cluster, or connects it again with the
     /// same addresses.
     pub fn set_connected(&self, i: usize, connected: bool) -> Result<(), String> {
