@@ -340,22 +340,31 @@ struct Background {
 impl Background {
     /// Waits for it to end (at most [`CHANGE`]): its exit code and output.
     fn finish(mut self) -> Result<(Option<i32>, String), Problem> {
-        let end = Instant::now() + CHANGE;
-        loop {
+        let mut broken = None;
+        let st = wait_until(CHANGE, Duration::from_millis(20), || {
             match self.child.try_wait() {
-                Ok(Some(st)) => {
-                    let out = std::fs::read_to_string(&self.out).unwrap_or_default();
-                    return Ok((st.code(), out));
+                Ok(Some(st)) => Ok(Some(st)),
+                Ok(None) => Err(String::new()),
+                Err(e) => {
+                    broken = Some(e.to_string());
+                    Ok(None)
                 }
-                Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
-                Ok(None) => {
-                    let _ = self.child.kill();
-                    return Err(fail(
-                        format!("{} ends within {CHANGE:?}", self.what),
-                        "it is still running",
-                    ));
-                }
-                Err(e) => return Err(Problem::Unresolved(format!("{}: {e}", self.what))),
+            }
+        });
+        if let Some(e) = broken {
+            return Err(Problem::Unresolved(format!("{}: {e}", self.what)));
+        }
+        match st {
+            Ok(Some(st)) => {
+                let out = std::fs::read_to_string(&self.out).unwrap_or_default();
+                Ok((st.code(), out))
+            }
+            _ => {
+                let _ = self.child.kill();
+                Err(fail(
+                    format!("{} ends within {CHANGE:?}", self.what),
+                    "it is still running",
+                ))
             }
         }
     }
