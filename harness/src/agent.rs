@@ -24,6 +24,10 @@ pub struct AgentHost {
     pub etc_dir: PathBuf,
     /// Everything the process starts with.
     pub env: Vec<(String, String)>,
+    /// The host's log, which the command's output is appended to (as a daemon the cluster
+    /// starts writes there), so a launched daemon's lines are found under its own host.
+    #[serde(default)]
+    pub log: Option<PathBuf>,
 }
 
 /// The `dvmlab-harness` program beside the calling test binary (`<target>/<profile>/`),
@@ -86,6 +90,25 @@ pub fn write(dir: &Path, harness: &Path, hosts: &[AgentHost]) -> Result<PathBuf,
     Ok(script)
 }
 
+/// The agent's command line (`--hosts FILE HOST COMMAND ARGS…`), for the subcommand of any
+/// program a cluster's agent script names (`dvmlab-harness agent`, `lab agent`).
+#[derive(clap::Args, Debug)]
+pub struct AgentArgs {
+    /// The run's hosts file (`RUN_DIR/agent.json`).
+    #[arg(long)]
+    pub hosts: PathBuf,
+    pub host: String,
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+}
+
+impl AgentArgs {
+    /// Becomes the command on the host; returns only with why it could not.
+    pub fn exec(&self) -> String {
+        exec(&self.hosts, &self.host, &self.command)
+    }
+}
+
 /// Becomes `argv` on `host` of the run described by `hosts_file`; returns only on failure.
 pub fn exec(hosts_file: &Path, host: &str, argv: &[String]) -> String {
     let hosts: Vec<AgentHost> = match std::fs::read_to_string(hosts_file)
@@ -103,6 +126,19 @@ pub fn exec(hosts_file: &Path, host: &str, argv: &[String]) -> String {
     };
     let mut cmd = Command::new(prog);
     cmd.args(args).env_clear().envs(h.env.iter().cloned());
+    if let Some(log) = &h.log {
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|f| Ok((f.try_clone()?, f)));
+        match opened {
+            Ok((out, err)) => {
+                cmd.stdout(out).stderr(err);
+            }
+            Err(e) => return format!("{}: {e}", log.display()),
+        }
+    }
     if let Some(ns) = &h.netns {
         if let Err(e) = crate::netns::enter_named(&mut cmd, ns, &h.name, &h.etc_dir) {
             return format!("entering host {host}: {e}");

@@ -583,6 +583,7 @@ impl Cluster {
                 container,
                 etc_dir: self.etc_dir(&h.name),
                 env: self.host_env(&h.name)?,
+                log: Some(self.log_path(&h.name)),
             });
         }
         crate::agent::write(&self.dir, harness, &hosts)
@@ -639,11 +640,62 @@ impl Cluster {
         self.procs.get(host).map(|c| c.id())
     }
 
-    /// Sends `sig` to the daemon's process group on `host`.
+    /// The daemon the DVM itself started on `host` through the launch agent (a grow), not
+    /// this cluster: a process-group leader running the daemon's program in the host's
+    /// network namespace, other than the cluster's own daemon there. Netns and docker hosts
+    /// only (process hosts share one namespace).
+    pub fn launched_pid(&self, host: &str) -> Result<Option<u32>, String> {
+        let i = self.host(host)?.index;
+        let ns = match self.world.as_ref() {
+            Some(World::Netns(w)) => PathBuf::from("/run/netns").join(w.netns(i)),
+            Some(World::Docker(w)) => PathBuf::from(format!("/proc/{}/ns/net", w.pid(i))),
+            _ => return Err("finding a launched daemon needs the netns or docker backend".into()),
+        };
+        let program = self
+            .spec
+            .daemon
+            .first()
+            .and_then(|p| Path::new(p).file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for pid in gc::pids_in_netns(&ns).map_err(|e| format!("{host}: {e}"))? {
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid pgrp …`: the name may hold spaces, so split at the last ')'.
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let comm = head.split_once('(').map_or("", |(_, c)| c);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let leader = fields.get(2) == Some(&pid.to_string().as_str());
+            // The kernel keeps 15 bytes of a command's name.
+            let named = !comm.is_empty() && program.starts_with(comm);
+            if leader && named && fields.first() != Some(&"Z") && self.pid(host) != Some(pid) {
+                return Ok(Some(pid));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The daemon on `host`. One the DVM launched there is the newer (the cluster's own may
+    /// still be on its way out after a shrink); one this cluster started that exited is
+    /// still the answer when nothing else runs there, so that signalling it says so.
+    fn daemon_pid(&mut self, host: &str) -> Result<u32, String> {
+        let launched = match self.world.as_ref() {
+            Some(World::Netns(_) | World::Docker(_)) => self.launched_pid(host)?,
+            _ => None,
+        };
+        match (launched, self.pid(host)) {
+            (Some(pid), _) | (None, Some(pid)) => Ok(pid),
+            (None, None) => Err(format!("{host} was not started")),
+        }
+    }
+
+    /// Sends `sig` to the daemon's process group on `host` (one this cluster started, or
+    /// else one the DVM launched there).
     pub fn signal(&mut self, host: &str, sig: Signal) -> Result<(), String> {
-        let pid = self
-            .pid(host)
-            .ok_or_else(|| format!("{host} was not started"))?;
+        let pid = self.daemon_pid(host)?;
         killpg(Pid::from_raw(pid as i32), sig).map_err(|e| format!("{sig} to {host}: {e}"))
     }
 
@@ -655,14 +707,34 @@ impl Cluster {
 
     /// SIGKILL, and wait until it is gone.
     pub fn kill(&mut self, host: &str) -> Result<(), String> {
+        let pid = self.daemon_pid(host)?;
         self.signal(host, Signal::SIGKILL)?;
-        self.wait_exit(host, Duration::from_secs(10)).map(|_| ())
+        if self.pid(host) == Some(pid) {
+            return self.wait_exit(host, Duration::from_secs(10)).map(|_| ());
+        }
+        // A daemon the DVM launched is its controller's child to reap.
+        wait_until(
+            Duration::from_secs(10),
+            Duration::from_millis(5),
+            || match fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Ok(stat)
+                    if !stat
+                        .rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z')) =>
+                {
+                    Err(format!("{host} (pid {pid}) still runs"))
+                }
+                _ => Ok(()),
+            },
+        )
+        .map_err(|e| format!("fault not verified: {e}"))
     }
 
     /// Stops the daemon on `host` dead (SIGSTOP to its process group): no FIN, no answer,
     /// while its kernel still accepts connections. Returns once the kernel shows it stopped.
     pub fn freeze(&mut self, host: &str) -> Result<(), String> {
-        if self.pid(host).is_some() && !self.is_running(host) {
+        let pid = self.daemon_pid(host)?;
+        if self.pid(host) == Some(pid) && !self.is_running(host) {
             return Err(format!("the daemon on {host} has exited"));
         }
         self.signal(host, Signal::SIGSTOP)?;
@@ -676,11 +748,11 @@ impl Cluster {
     }
 
     fn wait_stopped(&mut self, host: &str, stopped: bool) -> Result<(), String> {
-        let pid = self
-            .pid(host)
-            .ok_or_else(|| format!("{host} was not started"))?;
-        if let Some(Ok(Some(st))) = self.procs.get_mut(host).map(|c| c.try_wait()) {
-            return Err(format!("the daemon on {host} has exited ({st})"));
+        let pid = self.daemon_pid(host)?;
+        if self.pid(host) == Some(pid) {
+            if let Some(Ok(Some(st))) = self.procs.get_mut(host).map(|c| c.try_wait()) {
+                return Err(format!("the daemon on {host} has exited ({st})"));
+            }
         }
         wait_until(Duration::from_secs(5), Duration::from_millis(5), || {
             let stat = fs::read_to_string(format!("/proc/{pid}/stat"))

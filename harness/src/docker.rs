@@ -572,6 +572,17 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
     let mut s = futures::stream::iter(containers.into_iter().map(|c| {
         let docker = docker.clone();
         async move {
+            // Processes entered into the container without being its own (a daemon an
+            // elastic DVM launched through the agent) are not killed with it.
+            let pid = docker
+                .inspect_container(&c, None)
+                .await
+                .ok()
+                .and_then(|i| i.state?.pid)
+                .filter(|p| *p > 0);
+            if let Some(pid) = pid {
+                crate::gc::kill_in_netns(Path::new(&format!("/proc/{pid}/ns/net")));
+            }
             let opts = RemoveContainerOptionsBuilder::default().force(true).build();
             let _ = docker.remove_container(&c, Some(opts)).await;
         }

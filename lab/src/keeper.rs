@@ -143,6 +143,7 @@ pub fn spawn_keeper(
     let exe = std::env::current_exe().map_err(|e| format!("finding the lab program: {e}"))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(["keep", "--nodes", &plan.nodes.to_string()])
+        .args(["--spares", &plan.spares.to_string()])
         .args(["--radix", &plan.radix.to_string()])
         .args(["--ip", &plan.ip.number().to_string()])
         .args(["--backend", backend_name(backend)])
@@ -173,17 +174,22 @@ pub fn spawn_keeper(
     ))
 }
 
-/// The keeper: builds the cluster, starts every daemon not held, says `serving` on stdout,
-/// and serves requests until `down`.
+/// The keeper: builds the cluster (spares created, not started), writes its launch agent,
+/// starts every daemon not held, says `serving` on stdout, and serves requests until `down`.
 pub fn keep(
     plan: &Plan,
     hold: &[String],
     bin_dir: &Path,
     backend: BackendKind,
 ) -> Result<(), String> {
-    let hosts: Vec<String> = plan.hosts().into_iter().map(|h| h.name).collect();
+    let hosts: Vec<String> = plan.all_hosts().into_iter().map(|h| h.name).collect();
     for h in hold {
         plan.host(h)?;
+        if plan.is_spare(h) {
+            return Err(format!(
+                "--hold {h}: a spare is never started by the lab (`lab grow` adds it)"
+            ));
+        }
     }
     let prted = bin_dir.join("prted");
     if !prted.exists() {
@@ -215,7 +221,25 @@ pub fn keep(
     cluster
         .set_conf(&conf)
         .map_err(|e| format!("writing prte.conf: {e}"))?;
-    let to_start: Vec<String> = hosts.into_iter().filter(|h| !hold.contains(h)).collect();
+    // The DVM is elastic, its controller launching daemons on spares through the cluster's
+    // agent (this program's `agent`), and says when a job waits for a campaign.
+    let me = std::env::current_exe().map_err(|e| format!("finding the lab program: {e}"))?;
+    let agent = cluster.write_agent(&me)?;
+    let mut daemon = cluster.daemon().to_vec();
+    for (k, v) in [
+        ("prte_elastic_mode", "1".to_string()),
+        ("plm_ssh_agent", agent.display().to_string()),
+        ("state_base_verbose", "1".to_string()),
+    ] {
+        daemon.extend(["--prtemca".to_string(), k.to_string(), v]);
+    }
+    cluster.set_daemon(daemon);
+    let to_start: Vec<String> = plan
+        .hosts()
+        .into_iter()
+        .map(|h| h.name)
+        .filter(|h| !hold.contains(h))
+        .collect();
     cluster.start_many(&to_start)?;
     let _ = std::fs::remove_file(socket_path());
     let listener = UnixListener::bind(socket_path())
@@ -227,7 +251,7 @@ pub fn keep(
     let cluster = Arc::new(Mutex::new(Some(cluster)));
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        if serve(conn, &cluster, &bin, backend, &run) {
+        if serve(conn, &cluster, &bin, backend, &run, plan) {
             break;
         }
     }
@@ -260,16 +284,19 @@ fn serve(
     bin: &Arc<PathBuf>,
     backend: BackendKind,
     run: &str,
+    plan: &Plan,
 ) -> bool {
     let mut buf = vec![0u8; 64 * 1024];
     let mut space = nix::cmsg_space!([RawFd; 3]);
     let (req, fds) = {
         let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        // Close-on-exec: a command started meanwhile for another client must not inherit
+        // this client's descriptors (its pipes would stay open until that command ends).
         let msg = match recvmsg::<()>(
             conn.as_raw_fd(),
             &mut iov,
             Some(&mut space),
-            MsgFlags::empty(),
+            MsgFlags::MSG_CMSG_CLOEXEC,
         ) {
             Ok(m) => m,
             Err(_) => return false,
@@ -311,11 +338,16 @@ fn serve(
     if op == "about" {
         reply(
             &conn,
-            json!({"backend": backend_name(backend), "run": run, "pid": std::process::id()}),
+            json!({
+                "backend": backend_name(backend),
+                "run": run,
+                "pid": std::process::id(),
+                "spares": plan.spare_hosts().into_iter().map(|h| h.name).collect::<Vec<_>>(),
+            }),
         );
         return false;
     }
-    match with_cluster(cluster, |c| act(c, &op, &req)) {
+    match with_cluster(cluster, |c| act(c, plan, &op, &req)) {
         Ok(v) => reply(&conn, v),
         Err(e) => reply(&conn, json!({ "error": e })),
     }
@@ -333,7 +365,7 @@ fn exec(cluster: &Shared, bin: &Path, req: &Value, fds: Vec<OwnedFd>) -> Result<
         .collect();
     // The runtime's tools are where the keeper's prted is.
     if let Some(first) = argv.first_mut() {
-        if ["pctl", "prun", "prted"].contains(&first.as_str()) {
+        if ["pctl", "prun", "prted", "palloc"].contains(&first.as_str()) {
             *first = bin.join(&*first).display().to_string();
         }
     }
@@ -356,7 +388,18 @@ fn exec(cluster: &Shared, bin: &Path, req: &Value, fds: Vec<OwnedFd>) -> Result<
 }
 
 /// Every request but `exec`.
-fn act(c: &mut Cluster, op: &str, req: &Value) -> Result<Value, String> {
+fn act(c: &mut Cluster, plan: &Plan, op: &str, req: &Value) -> Result<Value, String> {
+    // A spare's daemon is the DVM's to start (a grow), with an identity only the
+    // controller can give it.
+    let not_spare = |h: String| {
+        if plan.is_spare(&h) {
+            Err(format!(
+                "{h} is a spare: the DVM starts its daemon (`lab grow`); `lab shrink {h}` takes it out again"
+            ))
+        } else {
+            Ok(h)
+        }
+    };
     let host = || {
         req["host"]
             .as_str()
@@ -368,7 +411,14 @@ fn act(c: &mut Cluster, op: &str, req: &Value) -> Result<Value, String> {
             let names: Vec<String> = c.hosts().iter().map(|h| h.name.clone()).collect();
             let states: Vec<Value> = names
                 .iter()
-                .map(|h| json!({"host": h, "state": state(c, h), "log": c.log_file(h)}))
+                .map(|h| {
+                    json!({
+                        "host": h,
+                        "state": state(c, h),
+                        "spare": plan.is_spare(h),
+                        "log": c.log_file(h),
+                    })
+                })
                 .collect();
             Ok(json!({ "hosts": states }))
         }
@@ -376,13 +426,13 @@ fn act(c: &mut Cluster, op: &str, req: &Value) -> Result<Value, String> {
         "freeze" => c.freeze(&host()?).map(|_| json!({})),
         "thaw" => c.thaw(&host()?).map(|_| json!({})),
         "restart" => {
-            let h = host()?;
+            let h = not_spare(host()?)?;
             if c.is_running(&h) {
                 c.stop(&h)?;
             }
             c.start(&h).map(|_| json!({}))
         }
-        "late-boot" => c.start(&host()?).map(|_| json!({})),
+        "late-boot" => c.start(&not_spare(host()?)?).map(|_| json!({})),
         "partition" => {
             let side = |k: &str| -> Vec<String> {
                 req[k]
@@ -416,14 +466,18 @@ pub fn backend_name(b: BackendKind) -> &'static str {
     }
 }
 
-/// `running`, `frozen`, `exited` or `not started`.
+/// `running`, `frozen`, `exited` or `not started` (for a daemon the DVM launched, as a
+/// grow does on a spare, `running` or `frozen` while it runs).
 fn state(c: &mut Cluster, h: &str) -> &'static str {
-    let Some(pid) = c.pid(h) else {
-        return "not started";
+    let pid = match (c.launched_pid(h), c.is_running(h)) {
+        (Ok(Some(pid)), _) => pid,
+        (_, true) => match c.pid(h) {
+            Some(pid) => pid,
+            None => return "not started",
+        },
+        _ if c.pid(h).is_some() => return "exited",
+        _ => return "not started",
     };
-    if !c.is_running(h) {
-        return "exited";
-    }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     match stat
         .rsplit_once(')')

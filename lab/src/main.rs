@@ -23,8 +23,12 @@ use plan::{IpVersion, Plan, CONTROLLER};
 /// command below talks to, so they work the same way on both.
 ///
 ///   lab up --nodes 32         start the lab and wait for every daemon to join
-///   lab status [--json]       the DVM as the controller sees it
+///   lab status [--json]       the DVM as the controller sees it, campaigns, parked jobs
 ///   lab run -- hostname       a job on every node
+///   lab up --spares 4         ... with spare hosts the (elastic) DVM can grow onto:
+///   lab grow 2                daemons on the next two spares (pctl grow)
+///   lab shrink node03         take daemons out (pctl shrink)
+///   lab alloc new --host spare01   an allocation request (palloc): both phases
 ///   lab kill node07           break things: kill | freeze | thaw | restart NODE,
 ///   lab partition A B         partition A B / heal, late-boot NODE
 ///   lab logs node07           what a daemon wrote
@@ -69,6 +73,9 @@ enum Cmd {
         /// Nodes to create but not start, for `late-boot` (comma separated).
         #[arg(long, value_delimiter = ',')]
         hold: Vec<String>,
+        /// Spare hosts spare01…: created, not in DVMNodes, for `lab grow` and `lab alloc`.
+        #[arg(long, default_value_t = 0)]
+        spares: usize,
         /// Seconds to wait for the DVM.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
@@ -81,6 +88,30 @@ enum Cmd {
         /// pctl's JSON status, as documented in runtime/README.md.
         #[arg(long)]
         json: bool,
+    },
+    /// Grow the DVM onto spares (`pctl grow --wait` on the controller): daemons started
+    /// there by the controller's launch agent; returns once they are wired in.
+    Grow {
+        /// How many of the spares not in the DVM to take, in order.
+        #[arg(default_value_t = 1, conflicts_with = "host")]
+        count: usize,
+        /// These hosts instead (comma separated).
+        #[arg(long, value_delimiter = ',')]
+        host: Vec<String>,
+    },
+    /// Shrink the DVM (`pctl shrink --wait`): the daemons on these hosts leave; returns
+    /// once they are gone.
+    Shrink {
+        #[arg(required = true, value_delimiter = ',')]
+        nodes: Vec<String>,
+    },
+    /// An allocation request as a tool makes it (`palloc` on the controller): `new` or
+    /// `extend` with `--host`, `release` with `--host` or `--alloc-id`; prints the answer,
+    /// then the terminal event (exit 0 only on PMIX_DVM_IS_READY). `--json` for JSON lines.
+    Alloc {
+        /// palloc's directive and options.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        argv: Vec<String>,
     },
     /// Run a job on the lab (`prun` on the controller): output and exit status are the job's.
     Run {
@@ -125,11 +156,17 @@ enum Cmd {
         plan: PlanArgs,
         #[arg(long, value_delimiter = ',')]
         hold: Vec<String>,
+        #[arg(long, default_value_t = 0)]
+        spares: usize,
         #[arg(long)]
         bin_dir: PathBuf,
         #[arg(long, value_enum)]
         backend: Backend,
     },
+    /// (internal) The launch agent the keeper writes for the controller: run COMMAND on
+    /// HOST of the lab, as `ssh HOST COMMAND` would.
+    #[command(hide = true)]
+    Agent(dvmlab_harness::agent::AgentArgs),
     /// Print what a host's daemon wrote.
     Logs {
         host: String,
@@ -259,17 +296,21 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Cmd::Keep {
             plan,
             hold,
+            spares,
             bin_dir,
             backend,
         } => {
-            keeper::keep(&plan.plan()?, &hold, &bin_dir, backend.kind()?)?;
+            let plan = plan.plan()?.with_spares(spares)?;
+            keeper::keep(&plan, &hold, &bin_dir, backend.kind()?)?;
             Ok(0)
         }
+        Cmd::Agent(args) => Err(Failure(127, format!("agent: {}", args.exec()))),
         Cmd::Up {
             plan,
             backend,
             bin_dir,
             hold,
+            spares,
             timeout,
         } => {
             if keeper::Keeper::find().is_some() {
@@ -282,7 +323,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     ),
                 ));
             }
-            let plan = plan.plan()?;
+            let plan = plan
+                .plan()?
+                .with_spares(spares)
+                .map_err(|e| Failure(2, e))?;
             up(
                 &plan,
                 &hold,
@@ -297,7 +341,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 return Ok(0);
             };
             let about = k.ask(&serde_json::json!({"op": "about"}), &[])?;
-            let n = hosts_state()?.len();
+            let n = hosts()?.len();
             let v = keeper::ask(serde_json::json!({"op": "down"}))?;
             let pid = v["pid"].as_u64().unwrap_or(0) as u32;
             keeper::wait_gone(pid)?;
@@ -321,17 +365,25 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let code = keeper::Keeper::find()
                 .ok_or(NO_LAB)?
                 .exec(CONTROLLER, &argv)?;
-            if !json {
-                let down: Vec<String> = hosts_state()?
-                    .into_iter()
-                    .filter(|(_, s)| s != "running")
-                    .map(|(h, s)| format!("{h} ({s})"))
-                    .collect();
-                if !down.is_empty() {
-                    dvmlab_host::outln!("daemons not running: {}", down.join(", "));
-                }
+            if !json && code == 0 {
+                print_lab_state()?;
             }
             Ok(if code == 0 { 0 } else { 1 })
+        }
+        Cmd::Grow { count, host } => {
+            let hosts = if host.is_empty() {
+                free_spares(count)?
+            } else {
+                host
+            };
+            let argv = ["pctl", "grow", "--add-host", &hosts.join(","), "--wait"];
+            on_controller(&argv)
+        }
+        Cmd::Shrink { nodes } => on_controller(&["pctl", "shrink", &nodes.join(","), "--wait"]),
+        Cmd::Alloc { argv } => {
+            let mut full = vec!["palloc"];
+            full.extend(argv.iter().map(String::as_str));
+            on_controller(&full)
         }
         Cmd::Run { argv } => {
             let mut full = vec!["prun".to_string()];
@@ -421,8 +473,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// Every host of the lab with its daemon's state.
-fn hosts_state() -> Result<Vec<(String, String)>, String> {
+/// Every host of the lab: name, its daemon's state, whether it is a spare.
+fn hosts() -> Result<Vec<(String, String, bool)>, String> {
     let v = keeper::ask(serde_json::json!({"op": "hosts"}))?;
     Ok(v["hosts"]
         .as_array()
@@ -432,9 +484,147 @@ fn hosts_state() -> Result<Vec<(String, String)>, String> {
             (
                 h["host"].as_str().unwrap_or_default().to_string(),
                 h["state"].as_str().unwrap_or_default().to_string(),
+                h["spare"].as_bool().unwrap_or(false),
             )
         })
         .collect())
+}
+
+/// Runs a runtime tool on the controller with this process's terminal: its output and
+/// exit status are the tool's.
+fn on_controller(argv: &[&str]) -> Result<u8, Failure> {
+    let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
+    let code = keeper::Keeper::find()
+        .ok_or(NO_LAB)?
+        .exec(CONTROLLER, &argv)?;
+    Ok(u8::try_from(code).unwrap_or(1))
+}
+
+/// The controller's JSON answer to `pctl ARGS --json`.
+fn controller_json(args: &[&str]) -> Result<serde_json::Value, String> {
+    let mut argv = vec!["pctl".to_string()];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    argv.push("--json".into());
+    let (code, out, err) = keeper::output(CONTROLLER, &argv)?;
+    if code != 0 {
+        return Err(format!("pctl {}: {}", args.join(" "), err.trim()));
+    }
+    serde_json::from_str(&out).map_err(|e| format!("pctl {} is not JSON: {e}", args.join(" ")))
+}
+
+/// Hosts in the DVM's membership that have not departed.
+fn members(status: &serde_json::Value) -> Vec<String> {
+    status["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["state"] != "departed")
+        .filter_map(|m| m["host"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Hosts whose every rank has departed (shrunk, or a failed grow undone).
+fn departed(status: &serde_json::Value) -> Vec<String> {
+    let inside = members(status);
+    let mut gone: Vec<String> = status["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["host"].as_str().map(str::to_string))
+        .filter(|h| !inside.contains(h))
+        .collect();
+    gone.dedup();
+    gone
+}
+
+/// The first `count` spares the DVM does not have.
+fn free_spares(count: usize) -> Result<Vec<String>, Failure> {
+    if count == 0 {
+        return Err(Failure(2, "grow: a count of at least 1".into()));
+    }
+    let about = keeper::ask(serde_json::json!({"op": "about"}))?;
+    let spares: Vec<String> = about["spares"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect();
+    let inside = members(&controller_json(&["status"])?);
+    let free: Vec<String> = spares.into_iter().filter(|s| !inside.contains(s)).collect();
+    if free.len() < count {
+        return Err(Failure(
+            1,
+            format!(
+                "grow {count}: only {} spare(s) free ({}); `lab up --spares K` makes K",
+                free.len(),
+                if free.is_empty() {
+                    "none".to_string()
+                } else {
+                    free.join(", ")
+                }
+            ),
+        ));
+    }
+    Ok(free.into_iter().take(count).collect())
+}
+
+/// Below the controller's table: what only the lab knows (daemons not running, spares
+/// the DVM does not have) and the parked jobs.
+fn print_lab_state() -> Result<(), String> {
+    let status = controller_json(&["status"])?;
+    let (inside, gone) = (members(&status), departed(&status));
+    let (mut down, mut left, mut free) = (Vec::new(), Vec::new(), Vec::new());
+    for (h, s, spare) in hosts()? {
+        if spare && !inside.contains(&h) {
+            free.push(h);
+        } else if gone.contains(&h) {
+            left.push(h);
+        } else if s != "running" {
+            // A spare's daemon is the DVM's: once it stops, nothing of the lab's is there.
+            let s = if spare && s == "not started" {
+                "gone"
+            } else {
+                &s
+            };
+            down.push(format!("{h} ({s})"));
+        }
+    }
+    if !down.is_empty() {
+        dvmlab_host::outln!("daemons not running: {}", down.join(", "));
+    }
+    if !left.is_empty() {
+        dvmlab_host::outln!(
+            "left the DVM (`lab grow --host` adds them again): {}",
+            left.join(", ")
+        );
+    }
+    if !free.is_empty() {
+        dvmlab_host::outln!("spares not in the DVM: {}", free.join(", "));
+    }
+    // The runtime's contract: a job held for a campaign is in state 17, by this name.
+    let jobs = controller_json(&["jobs"])?;
+    let parked: Vec<String> = jobs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|j| j["state"] == "WAITING FOR DAEMON CAMPAIGN")
+        .map(|j| {
+            let argv: Vec<&str> = j["argv"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str())
+                .collect();
+            format!("job {} ({})", j["id"], argv.join(" "))
+        })
+        .collect();
+    if !parked.is_empty() {
+        dvmlab_host::outln!(
+            "parked (WAITING FOR DAEMON CAMPAIGN): {}",
+            parked.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// `up`: a keeper in the background, then a wait for every started daemon to join, then
@@ -503,6 +693,13 @@ fn up(
             format!("; held for late-boot: {}", hold.join(", "))
         }
     );
+    if plan.spares > 0 {
+        let names: Vec<String> = plan.spare_hosts().into_iter().map(|h| h.name).collect();
+        dvmlab_host::outln!(
+            "spares for `lab grow` and `lab alloc`: {}",
+            names.join(", ")
+        );
+    }
     let (_, table, _) = keeper::output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
     dvmlab_host::stdout::bytes(table.as_bytes());
     Ok(0)

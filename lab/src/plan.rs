@@ -61,16 +61,19 @@ impl Host {
     }
 }
 
-/// The whole lab: a controller and `nodes` compute nodes `node01`… in a radix tree.
+/// The whole lab: a controller and `nodes` compute nodes `node01`… in a radix tree, and
+/// `spares` hosts `spare01`… that exist but are not in `DVMNodes`: an elastic DVM grows
+/// onto them (`lab grow`, `lab alloc`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub nodes: usize,
     pub radix: u32,
     pub ip: IpVersion,
+    pub spares: usize,
 }
 
-/// Most nodes a lab may have: the addresses below stay inside the subnets, and the names
-/// keep a fixed width.
+/// Most hosts (nodes and spares) a lab may have: the addresses below stay inside the
+/// subnets, and the names keep a fixed width.
 pub const MAX_NODES: usize = 999;
 
 impl Plan {
@@ -81,7 +84,46 @@ impl Plan {
         if radix < 1 {
             return Err(format!("RADIX={radix}: expected at least 1"));
         }
-        Ok(Plan { nodes, radix, ip })
+        Ok(Plan {
+            nodes,
+            radix,
+            ip,
+            spares: 0,
+        })
+    }
+
+    /// This plan with `spares` spare hosts.
+    pub fn with_spares(self, spares: usize) -> Result<Plan, String> {
+        if self.nodes + spares > MAX_NODES {
+            return Err(format!(
+                "SPARES={spares}: at most {} beside {} nodes",
+                MAX_NODES - self.nodes,
+                self.nodes
+            ));
+        }
+        Ok(Plan { spares, ..self })
+    }
+
+    pub fn spare_name(&self, i: usize) -> String {
+        format!("spare{i:0w$}", w = self.spares.to_string().len().max(2))
+    }
+
+    /// The spare hosts, in the order `lab grow` takes them.
+    pub fn spare_hosts(&self) -> Vec<Host> {
+        (1..=self.spares)
+            .map(|i| host(self.spare_name(i), (self.nodes + i) as u32))
+            .collect()
+    }
+
+    /// Every host the lab creates: the DVM's, then the spares.
+    pub fn all_hosts(&self) -> Vec<Host> {
+        let mut v = self.hosts();
+        v.extend(self.spare_hosts());
+        v
+    }
+
+    pub fn is_spare(&self, name: &str) -> bool {
+        self.spare_hosts().iter().any(|h| h.name == name)
     }
 
     /// Width of the node numbers: node01…node32, node001…node128.
@@ -101,12 +143,17 @@ impl Plan {
     }
 
     pub fn host(&self, name: &str) -> Result<Host, String> {
-        self.hosts()
+        self.all_hosts()
             .into_iter()
             .find(|h| h.name == name)
             .ok_or_else(|| {
+                let spares = match self.spares {
+                    0 => String::new(),
+                    1 => format!(", {}", self.spare_name(1)),
+                    k => format!(", {} … {}", self.spare_name(1), self.spare_name(k)),
+                };
                 format!(
-                    "no host {name} in this lab (hosts: {CONTROLLER}, {} … {})",
+                    "no host {name} in this lab (hosts: {CONTROLLER}, {} … {}{spares})",
                     self.node_name(1),
                     self.node_name(self.nodes)
                 )
@@ -213,6 +260,29 @@ mod tests {
         assert!(p.prte_conf().contains("DVMIPVersion = 6"));
         let p = Plan::new(2, 2, IpVersion::V4).unwrap();
         assert_eq!(p.extra_hosts()[0], "ctl:10.210.0.10");
+    }
+
+    #[test]
+    fn spares_follow_the_nodes_and_stay_out_of_the_dvm() {
+        let p = Plan::new(4, 2, IpVersion::V4)
+            .unwrap()
+            .with_spares(3)
+            .unwrap();
+        let names: Vec<String> = p.all_hosts().into_iter().map(|h| h.name).collect();
+        assert_eq!(
+            names,
+            ["ctl", "node01", "node02", "node03", "node04", "spare01", "spare02", "spare03"]
+        );
+        assert!(p.is_spare("spare02") && !p.is_spare("node02"));
+        assert!(p.prte_conf().contains("DVMNodes = node[2:1-4]"));
+        let v4: std::collections::HashSet<_> = p.all_hosts().iter().map(|h| h.v4).collect();
+        assert_eq!(v4.len(), 8);
+        assert!(p.host("spare04").unwrap_err().contains("spare01 … spare03"));
+        assert!(Plan::new(990, 2, IpVersion::V4)
+            .unwrap()
+            .with_spares(10)
+            .unwrap_err()
+            .contains("SPARES=10: at most 9"));
     }
 
     #[test]

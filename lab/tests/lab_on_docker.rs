@@ -36,3 +36,19 @@ fn the_lab_on_docker_forms_runs_jobs_takes_every_fault_and_leaves_nothing_behind
         "down left networks of {run}"
     );
 }
+
+#[test]
+fn the_elastic_lab_on_docker_grows_onto_spares_parks_jobs_during_a_shrink_and_allocates() {
+    if !netns_available() {
+        return skip("lab_on_docker", "needs root to enter the containers");
+    }
+    if !dvmlab_harness::docker::Engine::available() {
+        return skip("lab_on_docker", "no Docker engine here");
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "dvmlab-lab-test-docker-elastic-{}",
+        std::process::id()
+    ));
+    let _down = Down(dir.clone(), &["ctl", "node02", "spare01", "spare03"]);
+    common::elastic_commands_work(&dir, "docker");
+}

@@ -26,3 +26,16 @@ fn the_lab_on_netns_hosts_forms_runs_jobs_takes_every_fault_and_leaves_nothing_b
         .collect();
     assert!(left.is_empty(), "down left namespaces of {run}: {left:?}");
 }
+
+#[test]
+fn the_elastic_lab_on_netns_hosts_grows_onto_spares_parks_jobs_during_a_shrink_and_allocates() {
+    if !netns_available() {
+        return skip("lab_on_netns", "needs root for network namespaces");
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "dvmlab-lab-test-netns-elastic-{}",
+        std::process::id()
+    ));
+    let _down = Down(dir.clone(), &["ctl", "node02", "spare01", "spare03"]);
+    common::elastic_commands_work(&dir, "netns");
+}

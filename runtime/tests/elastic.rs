@@ -183,6 +183,36 @@ fn a_fixed_size_dvm_refuses_to_grow_or_shrink_and_sends_no_event() {
     dvm.stop_cleanly(&hosts);
 }
 
+#[test]
+fn a_grow_naming_a_host_that_does_not_resolve_is_refused_at_once_with_no_event_and_no_launch() {
+    let Some(mut dvm) = elastic("elastic-unknown", 2, 1, &[]) else {
+        return;
+    };
+    let before = membership(&dvm.status().unwrap());
+    let (code, lines, err) = palloc(
+        &dvm,
+        &["new", "--host", "g01,nosuch-host", "--timeout", "3"],
+    );
+    assert_eq!(code, Some(1), "{lines:?} {err}");
+    assert_eq!(lines.len(), 1, "a rejection and no event: {lines:?}");
+    assert_eq!(lines[0]["phase"], "rejected");
+    let why = lines[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("unknown host") && why.contains("nosuch-host") && !why.contains("g01 "),
+        "names the host that does not resolve: {why}"
+    );
+    let (ok, _, err) = dvm.pctl(&["grow", "--add-host", "nosuch-host"]);
+    assert!(!ok && err.contains("unknown host"), "{err}");
+    let s = dvm.status().unwrap();
+    assert_eq!(membership(&s), before, "nothing launched, nothing added");
+    assert!(s.campaigns.is_empty());
+    assert!(
+        !dvm.cluster.log("ctl").contains("launching rank"),
+        "no launch was tried"
+    );
+    dvm.stop_cleanly(&["n01".to_string(), "n02".to_string()]);
+}
+
 /// Lets the gated agent hand `host` over (or, with `fail`, fail it).
 fn gate(dvm: &Dvm, host: &str, fail: bool) {
     dvmlab_harness::agent::gate(dvm.cluster.run_dir(), host, !fail).unwrap();

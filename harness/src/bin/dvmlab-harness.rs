@@ -57,14 +57,7 @@ enum Cmd {
     },
     /// Run COMMAND on HOST of a harness run, as `ssh HOST COMMAND` would on real machines
     /// (the launch agent a run writes into its directory calls this).
-    Agent {
-        /// The run's hosts file (`RUN_DIR/agent.json`).
-        #[arg(long)]
-        hosts: PathBuf,
-        host: String,
-        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-        command: Vec<String>,
-    },
+    Agent(dvmlab_harness::agent::AgentArgs),
     /// Remove namespaces, containers, networks, run directories and locks of harness runs
     /// whose process is gone.
     Gc {
@@ -76,12 +69,8 @@ enum Cmd {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Cmd::Agent {
-            hosts,
-            host,
-            command,
-        } => {
-            let e = dvmlab_harness::agent::exec(&hosts, &host, &command);
+        Cmd::Agent(args) => {
+            let e = args.exec();
             eprintln!("dvmlab-harness agent: {e}");
             ExitCode::from(127)
         }

@@ -175,3 +175,150 @@ pub fn every_command_works(dir: &Path, backend: &str) -> String {
     assert!(ok_in(dir, &["down"]).contains("no lab was up"));
     run
 }
+
+/// `lab ARGS` with the lab kept in `dir`, started in the background.
+fn spawn_in(dir: &Path, args: &[&str]) -> std::process::Child {
+    Command::new(LAB)
+        .args(args)
+        .env("DVMLAB_LAB_DIR", dir)
+        .current_dir(workspace())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finished(child: std::process::Child, what: &str) -> String {
+    let o = child.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn wait_status_shows(dir: &Path, text: &str) -> String {
+    wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let s = ok_in(dir, &["status"]);
+        s.contains(text)
+            .then(|| s.clone())
+            .ok_or(format!("no {text:?} yet in\n{s}"))
+    })
+    .unwrap()
+}
+
+/// The elastic lab on `backend`: spares grown onto (`grow`), a shrink held up by a frozen
+/// target while a job waits for it (`status` shows the campaign and the parked job), an
+/// allocation request's two phases (`alloc`), a grown daemon broken like any other, and
+/// a spare refused to `restart`.
+pub fn elastic_commands_work(dir: &Path, backend: &str) {
+    let bin_dir = build_runtime();
+    let up = ok_in(
+        dir,
+        &[
+            "up",
+            "--backend",
+            backend,
+            "--nodes",
+            "2",
+            "--radix",
+            "2",
+            "--spares",
+            "3",
+            "--bin-dir",
+            &bin_dir,
+        ],
+    );
+    assert!(
+        up.contains("3 of 3 daemons joined")
+            && up.contains("spares for `lab grow` and `lab alloc`: spare01, spare02, spare03"),
+        "{up}"
+    );
+    assert!(ok_in(dir, &["status"]).contains("spares not in the DVM: spare01, spare02, spare03"));
+
+    let grown = ok_in(dir, &["grow", "2"]);
+    assert!(grown.contains("done: allocation"), "{grown}");
+    wait_state(dir, "spare02", "joined");
+    let names = ok_in(dir, &["run", "--", "hostname"]);
+    let mut names: Vec<&str> = names.lines().collect();
+    names.sort_unstable();
+    assert_eq!(names, ["node01", "node02", "spare01", "spare02"]);
+    let full = lab_in(dir, &["grow", "2"]);
+    assert_eq!(full.status.code(), Some(1), "only spare03 is left");
+    assert!(String::from_utf8_lossy(&full.stderr).contains("only 1 spare(s) free (spare03)"));
+
+    // A frozen target cannot leave: the shrink stays in progress, and a job submitted
+    // meanwhile waits for it, then runs on the survivors.
+    ok_in(dir, &["freeze", "node02"]);
+    let shrink = spawn_in(dir, &["shrink", "node02"]);
+    wait_status_shows(dir, "shrink");
+    let mut job = spawn_in(dir, &["run", "-n", "3", "--", "hostname"]);
+    let during = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let s = ok_in(dir, &["status"]);
+        if s.contains("parked (WAITING FOR DAEMON CAMPAIGN): job") {
+            return Ok(s);
+        }
+        match job.try_wait() {
+            Ok(Some(st)) => Ok(format!(
+                "the job ended ({st}) before it was seen parked
+{s}"
+            )),
+            _ => Err(format!(
+                "no parked job yet in
+{s}"
+            )),
+        }
+    })
+    .unwrap();
+    assert!(
+        during.contains("parked"),
+        "{during}
+{}",
+        finished(job, "the job")
+    );
+    assert!(during.contains("departing"), "{during}");
+    ok_in(dir, &["thaw", "node02"]);
+    assert!(finished(shrink, "lab shrink node02").contains("done: allocation"));
+    let ran = finished(job, "the parked job");
+    assert!(!ran.contains("node02"), "ran on the departed node: {ran}");
+    let after = ok_in(dir, &["status"]);
+    assert!(
+        after.contains("left the DVM (`lab grow --host` adds them again): node02")
+            && !after.contains("parked"),
+        "{after}"
+    );
+
+    let alloc = ok_in(dir, &["alloc", "new", "--host", "spare03", "--json"]);
+    let lines: Vec<serde_json::Value> = alloc
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{alloc}");
+    assert_eq!(lines[0]["phase"], "accepted", "{alloc}");
+    assert_eq!(lines[1]["name"], "PMIX_DVM_IS_READY", "{alloc}");
+    assert_eq!(lines[0]["alloc_id"], lines[1]["alloc_id"], "{alloc}");
+    wait_state(dir, "spare03", "joined");
+    let unknown = lab_in(dir, &["alloc", "new", "--host", "nosuch", "--json"]);
+    assert_ne!(unknown.status.code(), Some(0), "an unknown host is refused");
+    assert!(
+        !String::from_utf8_lossy(&unknown.stdout).contains("\"event\""),
+        "no event for a phase-one rejection"
+    );
+    ok_in(dir, &["alloc", "release", "--host", "spare03"]);
+    wait_status_shows(dir, "spares not in the DVM: spare03");
+
+    // A grown daemon takes faults like any other; its host stays a spare.
+    ok_in(dir, &["kill", "spare01"]);
+    wait_state(dir, "spare01", "lost");
+    assert!(ok_in(dir, &["status"]).contains("spare01 (gone)"));
+    let restart = lab_in(dir, &["restart", "spare01"]);
+    assert_eq!(restart.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&restart.stderr).contains("spare01 is a spare"));
+    assert!(ok_in(dir, &["logs", "spare02"]).contains("joined the DVM"));
+
+    let gone = ok_in(dir, &["down"]);
+    assert!(gone.contains("removed the lab: 6 hosts"), "{gone}");
+}

@@ -6,7 +6,7 @@
 //!
 //! Sans-IO: time comes in as an argument ([`Now`]), effects go out as [`Output`]s.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::campaign::{self, Campaigns};
@@ -47,7 +47,13 @@ pub enum Input {
     },
     /// Controller: a campaign's time is up.
     CampaignTimeout(campaign::CampaignId),
+    /// Controller: the hosts of grow request `token` were checked; why each that cannot
+    /// be reached is unknown (empty: all resolve).
+    HostsChecked { token: u64, unknown: Vec<String> },
 }
+
+/// Most grow requests whose hosts are being checked at once; more are refused.
+pub const MAX_CHECKING: usize = 64;
 
 /// A timer the core asks for; it comes back as an input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +108,13 @@ pub enum Output {
     /// Controller: the membership beyond `prte.conf`, to be kept where a restarted
     /// controller finds it ([`crate::roster::Roster::settled`]).
     PersistMembership(Wireup),
+    /// Controller: check that the new hosts of grow request `token` resolve here, as the
+    /// launch agent will need them to (answer with [`Input::HostsChecked`]). An unknown
+    /// host is a phase-one rejection, not a failed launch.
+    CheckHosts {
+        token: u64,
+        hosts: Vec<String>,
+    },
 }
 
 enum Work {
@@ -122,6 +135,10 @@ pub struct DaemonCore {
     campaigns: Option<Campaigns>,
     /// The settled membership last given to the shell to keep.
     kept_membership: Option<Wireup>,
+    /// Controller: grow requests waiting for their hosts' check, by token (at most
+    /// [`MAX_CHECKING`]).
+    checking: BTreeMap<u64, (LinkId, ToolRequest)>,
+    next_check: u64,
     /// PMIx events: the clients of this node, and events over the tree.
     events: EventHub,
     /// The DVM's namespace (jobs' namespaces derive from it).
@@ -157,6 +174,8 @@ impl DaemonCore {
             mgr: None,
             campaigns: None,
             kept_membership: None,
+            checking: BTreeMap::new(),
+            next_check: 0,
             up: None,
             formed_at_unix_ms: None,
             signalled: BTreeSet::new(),
@@ -229,6 +248,22 @@ impl DaemonCore {
                 component,
             }),
             Input::CampaignTimeout(id) => Work::Camp(campaign::Input::Timeout(id)),
+            Input::HostsChecked { token, unknown } => {
+                let Some((link, req)) = self.checking.remove(&token) else {
+                    return Vec::new();
+                };
+                let mut work = VecDeque::new();
+                if unknown.is_empty() {
+                    self.elastic_accept(link, req, &mut work);
+                } else {
+                    let reply = ToolReply::Error {
+                        message: format!("unknown host: {}", unknown.join("; ")),
+                    };
+                    work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
+                }
+                self.run(now, work);
+                return std::mem::take(&mut self.out);
+            }
         };
         self.run(now, VecDeque::from([first]));
         std::mem::take(&mut self.out)
@@ -410,6 +445,40 @@ impl DaemonCore {
             };
             return work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
         }
+        let named = match &req {
+            ToolRequest::Alloc {
+                directive: Directive::New | Directive::Extend,
+                hosts,
+                ..
+            }
+            | ToolRequest::Grow { hosts, .. } => hosts.as_slice(),
+            _ => &[],
+        };
+        // Hosts already in the DVM need no check; malformed names the campaign core refuses.
+        let new: Vec<String> = named
+            .iter()
+            .filter(|h| crate::hostname::is_valid(h) && self.node.roster().rank_of(h).is_none())
+            .cloned()
+            .collect();
+        if new.is_empty() {
+            return self.elastic_accept(link, req, work);
+        }
+        if self.checking.len() >= MAX_CHECKING {
+            let reply = ToolReply::Error {
+                message: format!(
+                    "{MAX_CHECKING} grow requests are already having their hosts checked; ask again"
+                ),
+            };
+            return work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
+        }
+        let token = self.next_check;
+        self.next_check += 1;
+        self.checking.insert(token, (link, req));
+        self.out.push(Output::CheckHosts { token, hosts: new });
+    }
+
+    /// Controller, elastic: the request goes to the campaign core.
+    fn elastic_accept(&mut self, link: LinkId, req: ToolRequest, work: &mut VecDeque<Work>) {
         let origin = |requester, wait| campaign::Origin {
             link,
             requester,

@@ -1,7 +1,8 @@
 //! The controller's hands for the elastic DVM: it starts new daemons through the launch
 //! agent (`AGENT… HOST PRTED --bootstrap --prtemca dvmlab_join MEMBERSHIP …`, no shell in
-//! between), reports an agent's exit, stops a launch that is undone, and carries out the
-//! release components of a finished shrink.
+//! between), checks first that a grow's new hosts resolve (as the agent will need them to),
+//! reports an agent's exit, stops a launch that is undone, and carries out the release
+//! components of a finished shrink.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +19,10 @@ use dvmlab_core::daemon_core::Input;
 use dvmlab_core::roster::Wireup;
 use dvmlab_core::tree::Rank;
 use dvmlab_host::bootstrap::JOIN_PARAM;
+use dvmlab_host::hosts::Resolver;
+
+/// How long resolving a grow's new hosts may take before the request is refused.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long an undone launch gets between TERM and KILL.
 const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -37,6 +42,8 @@ pub struct Launcher {
     release_timeout: std::time::Duration,
     groups: HashMap<Rank, i32>,
     events: mpsc::Sender<Input>,
+    /// How this host resolves names (the system's, or a test hosts file).
+    resolver: Resolver,
 }
 
 impl Launcher {
@@ -46,6 +53,7 @@ impl Launcher {
         release_command: Option<Vec<String>>,
         release_timeout: std::time::Duration,
         events: mpsc::Sender<Input>,
+        resolver: Resolver,
     ) -> Launcher {
         Launcher {
             agent,
@@ -59,7 +67,36 @@ impl Launcher {
             release_timeout,
             groups: HashMap::new(),
             events,
+            resolver,
         }
+    }
+
+    /// Resolves `hosts` off the event loop (the system resolver blocks); the answer comes
+    /// back as [`Input::HostsChecked`] with a reason for each that does not resolve.
+    pub fn check_hosts(&self, token: u64, hosts: Vec<String>) {
+        let resolver = self.resolver.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let lookup = tokio::task::spawn_blocking(move || {
+                hosts
+                    .into_iter()
+                    .filter_map(|h| {
+                        resolver
+                            .resolve(&h)
+                            .err()
+                            .map(|e| format!("{h} does not resolve on the controller ({e})"))
+                    })
+                    .collect::<Vec<String>>()
+            });
+            let unknown = match tokio::time::timeout(CHECK_TIMEOUT, lookup).await {
+                Ok(Ok(unknown)) => unknown,
+                Ok(Err(e)) => vec![format!("resolving the hosts failed: {e}")],
+                Err(_) => vec![format!(
+                    "resolving the hosts took longer than {CHECK_TIMEOUT:?}"
+                )],
+            };
+            let _ = events.send(Input::HostsChecked { token, unknown }).await;
+        });
     }
 
     /// Starts the daemon of `rank` on `host`; its agent's exit comes back as

@@ -351,6 +351,8 @@ pub async fn run(
         s.release_command.clone(),
         s.launch_timeout,
         launch_tx,
+        dvmlab_host::hosts::Resolver::from_settings(s)
+            .map_err(|d| std::io::Error::other(d.to_string()))?,
     );
     let mut pending = core.handle(now(), Input::Net(overlay::Input::Start));
     // Inputs the shell itself produces (a link it had to drop), handled before new events.
@@ -421,6 +423,7 @@ pub async fn run(
                     name,
                     hosts,
                 } => launcher.release(campaign, component, &name, &hosts),
+                Output::CheckHosts { token, hosts } => launcher.check_hosts(token, hosts),
                 Output::Info(l) => info!("{l}"),
                 // Rare (a grow or shrink), so written here: a restarted controller must not
                 // miss it.

@@ -442,6 +442,7 @@ impl Sim {
             Output::Launch { .. }
             | Output::KillLaunch { .. }
             | Output::Release { .. }
+            | Output::CheckHosts { .. }
             | Output::PersistMembership(_) => {}
             Output::Log(l) | Output::Info(l) => {
                 if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
