@@ -108,8 +108,9 @@ clean:
 	cargo clean
 
 ## The lab: NODES nodes (default 32) in Docker containers (the harness's docker backend),
-## radix RADIX, IP version IP.
+## radix RADIX, IP version IP, and SPARES spare hosts the elastic DVM can grow onto.
 NODES ?= 32
+SPARES ?= 4
 RADIX ?= 64
 IP ?= 4
 STATIC := target/static/x86_64-unknown-linux-gnu/release
@@ -117,7 +118,7 @@ LAB := ./target/release/lab
 
 lab:
 	cargo build --release -q -p dvmlab-runtime -p dvmlab-lab --bins
-	$(LAB) up --backend docker --nodes $(NODES) --radix $(RADIX) --ip $(IP)
+	$(LAB) up --backend docker --nodes $(NODES) --radix $(RADIX) --ip $(IP) --spares $(SPARES)
 
 ## The conformance suite with every host a Docker container (the harness's docker backend).
 lab-test:
