@@ -1,4 +1,6 @@
-//! `make bench`: DVM formation time vs size for daemons booted together, with CPU time and
+//! `make bench`: DVM formation time vs size for daemons booted together, beside the
+//! machine's floor measured on the same hosts in the same run (as many process starts, each
+//! making one TCP connection to the controller's host) and their ratio, with CPU time and
 //! peak RSS per daemon, against the targets of the bootstrap issue.
 //!
 //! Sizes come from `DVMLAB_BENCH_SIZES` (default `8,32,128,512`), repetitions from
@@ -40,6 +42,9 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
 
 struct Sample {
     formed_ms: u64,
+    /// From the first start to formed, and the machine's floor for that.
+    from_first_ms: u64,
+    floor_ms: f64,
     start_spread_ms: u64,
     ctl_cpu_ms: f64,
     cpu_ms_mean: f64,
@@ -79,6 +84,8 @@ fn one(backend: BackendKind, n: usize, radix: u32) -> Result<Sample, String> {
     let ctl_pid = cluster.pid("ctl").ok_or("no controller pid")?;
     let sample = Sample {
         formed_ms: formed_at.saturating_sub(last),
+        from_first_ms: formed_at.saturating_sub(first),
+        floor_ms: 0.0,
         start_spread_ms: last - first,
         ctl_cpu_ms: cpu_ns(ctl_pid).unwrap_or(0) as f64 / 1e6,
         cpu_ms_mean: cpu.iter().sum::<f64>() / cpu.len() as f64,
@@ -88,8 +95,9 @@ fn one(backend: BackendKind, n: usize, radix: u32) -> Result<Sample, String> {
         ctl_rss_mib: peak_rss_kib(ctl_pid).unwrap_or(0) as f64 / 1024.0,
     };
     dvm::run(&cluster, PCTL, &["stop"])?;
+    let floor_ms = support::floor::connect_ms(&cluster, "ctl", &hosts)?;
     cluster.destroy();
-    Ok(sample)
+    Ok(Sample { floor_ms, ..sample })
 }
 
 fn median(mut v: Vec<Sample>) -> Sample {
@@ -98,6 +106,7 @@ fn median(mut v: Vec<Sample>) -> Sample {
 }
 
 fn main() {
+    support::floor::serve_worker();
     let backend = support::backend();
     let sizes = support::sizes("DVMLAB_BENCH_SIZES", "8,32,128,512");
     let reps = support::reps(3);
@@ -106,9 +115,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(64);
     println!("DVM formation, daemons booted together ({backend:?} backend, radix {radix}, median of {reps})");
+    println!("floor: as many processes started on the same hosts, each making one TCP connection to a process on ctl, from the first start until all are accepted; ratio = first start to formed / floor");
     println!(
-        "{:>6} {:>11} {:>12} {:>13} {:>13} {:>12} {:>12} {:>11} {:>10}",
+        "{:>6} {:>15} {:>9} {:>6} {:>11} {:>12} {:>13} {:>13} {:>12} {:>12} {:>11} {:>10}",
         "nodes",
+        "first->formed",
+        "floor ms",
+        "ratio",
         "formed ms",
         "start spread",
         "cpu ms/daemon",
@@ -134,8 +147,11 @@ fn main() {
         }
         let s = median(samples);
         println!(
-            "{:>6} {:>11} {:>12} {:>13.2} {:>13.2} {:>12.2} {:>12.2} {:>11.2} {:>10.2}",
+            "{:>6} {:>15} {:>9.1} {:>6.2} {:>11} {:>12} {:>13.2} {:>13.2} {:>12.2} {:>12.2} {:>11.2} {:>10.2}",
             n,
+            s.from_first_ms,
+            s.floor_ms,
+            s.from_first_ms as f64 / s.floor_ms.max(1e-6),
             s.formed_ms,
             s.start_spread_ms,
             s.cpu_ms_mean,
@@ -172,6 +188,8 @@ fn main() {
         }
         rows.push(json!({
             "nodes": n, "formed_ms": s.formed_ms, "start_spread_ms": s.start_spread_ms,
+            "first_start_to_formed_ms": s.from_first_ms, "floor_ms": s.floor_ms,
+            "ratio": s.from_first_ms as f64 / s.floor_ms.max(1e-6),
             "cpu_ms_mean": s.cpu_ms_mean, "cpu_ms_max": s.cpu_ms_max,
             "rss_mib_mean": s.rss_mib_mean, "rss_mib_max": s.rss_mib_max,
             "controller_cpu_ms": s.ctl_cpu_ms, "controller_rss_mib": s.ctl_rss_mib,
@@ -189,6 +207,15 @@ fn main() {
         &format!("DVM formation, daemons booted together ({backend:?} backend, radix {radix})"),
         &xs,
         &[
+            Panel {
+                title: "first start to formed, and the floor",
+                unit: "ms",
+                series: vec![
+                    ("dvmlab", col(|s| s.from_first_ms as f64)),
+                    ("floor", col(|s| s.floor_ms)),
+                ],
+                target: None,
+            },
             Panel {
                 title: "formed after last start",
                 unit: "ms",

@@ -3,6 +3,9 @@
 // Not every bench uses every helper.
 #[allow(dead_code)]
 pub mod dvm;
+// Not every bench has a spawn floor yet.
+#[allow(dead_code)]
+pub mod floor;
 // Not every bench draws.
 #[allow(dead_code)]
 pub mod svg;
