@@ -18,7 +18,7 @@ use crate::addr::{self, Block, BlockKind};
 use crate::docker::{DockerPlan, DockerWorld};
 use crate::netns::NetnsWorld;
 use crate::process::{expand, Placeholders, DEFAULT_IDENTITY_ENV};
-use crate::{gc, wait_until, PREFIX};
+use crate::{gc, procs, wait_until, PREFIX};
 
 /// Which backend hosts run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -658,20 +658,13 @@ impl Cluster {
             .and_then(|p| Path::new(p).file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        for pid in gc::pids_in_netns(&ns).map_err(|e| format!("{host}: {e}"))? {
-            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        for pid in procs::pids_in_netns(&ns).map_err(|e| format!("{host}: {e}"))? {
+            let Some(st) = procs::stat(pid) else {
                 continue;
             };
-            // `pid (comm) state ppid pgrp …`: the name may hold spaces, so split at the last ')'.
-            let Some((head, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            let comm = head.split_once('(').map_or("", |(_, c)| c);
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let leader = fields.get(2) == Some(&pid.to_string().as_str());
             // The kernel keeps 15 bytes of a command's name.
-            let named = !comm.is_empty() && program.starts_with(comm);
-            if leader && named && fields.first() != Some(&"Z") && self.pid(host) != Some(pid) {
+            let named = !st.comm.is_empty() && program.starts_with(&st.comm);
+            if st.leads(pid) && named && st.state != 'Z' && self.pid(host) != Some(pid) {
                 return Ok(Some(pid));
             }
         }
@@ -689,6 +682,22 @@ impl Cluster {
         match (launched, self.pid(host)) {
             (Some(pid), _) | (None, Some(pid)) => Ok(pid),
             (None, None) => Err(format!("{host} was not started")),
+        }
+    }
+
+    /// The daemon on `host` as the kernel shows it (one the DVM launched there counts, as
+    /// for every fault): `running`, `frozen`, `exited` or `not started`.
+    pub fn daemon_state(&mut self, host: &str) -> &'static str {
+        let Ok(pid) = self.daemon_pid(host) else {
+            return "not started";
+        };
+        if self.pid(host) == Some(pid) && !self.is_running(host) {
+            return "exited";
+        }
+        match procs::stat(pid) {
+            Some(st) if st.state == 'T' => "frozen",
+            Some(st) if st.state != 'Z' => "running",
+            _ => "exited",
         }
     }
 
@@ -716,14 +725,8 @@ impl Cluster {
         wait_until(
             Duration::from_secs(10),
             Duration::from_millis(5),
-            || match fs::read_to_string(format!("/proc/{pid}/stat")) {
-                Ok(stat)
-                    if !stat
-                        .rsplit_once(')')
-                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z')) =>
-                {
-                    Err(format!("{host} (pid {pid}) still runs"))
-                }
+            || match procs::stat(pid) {
+                Some(st) if st.state != 'Z' => Err(format!("{host} (pid {pid}) still runs")),
                 _ => Ok(()),
             },
         )
@@ -755,14 +758,10 @@ impl Cluster {
             }
         }
         wait_until(Duration::from_secs(5), Duration::from_millis(5), || {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map_err(|e| format!("{host} (pid {pid}): {e}"))?;
-            // The state follows the parenthesised command name, which may contain spaces.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next())
-                .unwrap_or("?");
-            if (state == "T") == stopped {
+            let state = procs::stat(pid)
+                .ok_or_else(|| format!("{host} (pid {pid}) is gone"))?
+                .state;
+            if (state == 'T') == stopped {
                 Ok(())
             } else {
                 Err(format!("{host} (pid {pid}) is in state {state}"))

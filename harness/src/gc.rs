@@ -40,24 +40,9 @@ pub fn harness_namespaces() -> Vec<String> {
         .collect()
 }
 
-/// Every process in the network namespace `ns` names (`/run/netns/NAME`, or
-/// `/proc/PID/ns/net` of a process inside it): also those something other than the harness
-/// started there, such as the daemons an elastic DVM launches.
-pub fn pids_in_netns(ns: &Path) -> Result<Vec<u32>, String> {
-    use std::os::unix::fs::MetadataExt;
-    let want = fs::metadata(ns)
-        .map_err(|e| format!("{}: {e}", ns.display()))?
-        .ino();
-    let entries = fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
-    Ok(entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| m.ino() == want))
-        .collect())
-}
-
 /// SIGKILLs every process in the network namespace `ns` names.
 pub fn kill_in_netns(ns: &Path) {
-    for pid in pids_in_netns(ns).unwrap_or_default() {
+    for pid in crate::procs::pids_in_netns(ns).unwrap_or_default() {
         if let Ok(p) = i32::try_from(pid) {
             let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
         }

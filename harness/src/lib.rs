@@ -25,6 +25,7 @@ pub mod netns;
 pub mod observe;
 pub mod partition;
 pub mod process;
+pub mod procs;
 pub mod schedule;
 pub mod wait;
 

@@ -414,7 +414,7 @@ fn act(c: &mut Cluster, plan: &Plan, op: &str, req: &Value) -> Result<Value, Str
                 .map(|h| {
                     json!({
                         "host": h,
-                        "state": state(c, h),
+                        "state": c.daemon_state(h),
                         "spare": plan.is_spare(h),
                         "log": c.log_file(h),
                     })
@@ -463,28 +463,6 @@ pub fn backend_name(b: BackendKind) -> &'static str {
         BackendKind::Docker => "docker",
         BackendKind::Netns => "netns",
         BackendKind::Process => "process",
-    }
-}
-
-/// `running`, `frozen`, `exited` or `not started` (for a daemon the DVM launched, as a
-/// grow does on a spare, `running` or `frozen` while it runs).
-fn state(c: &mut Cluster, h: &str) -> &'static str {
-    let pid = match (c.launched_pid(h), c.is_running(h)) {
-        (Ok(Some(pid)), _) => pid,
-        (_, true) => match c.pid(h) {
-            Some(pid) => pid,
-            None => return "not started",
-        },
-        _ if c.pid(h).is_some() => return "exited",
-        _ => return "not started",
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    match stat
-        .rsplit_once(')')
-        .and_then(|(_, r)| r.split_whitespace().next())
-    {
-        Some("T") => "frozen",
-        _ => "running",
     }
 }
 

@@ -533,6 +533,8 @@ fn departed(status: &serde_json::Value) -> Vec<String> {
         .filter_map(|m| m["host"].as_str().map(str::to_string))
         .filter(|h| !inside.contains(h))
         .collect();
+    // A host may have left under several ranks.
+    gone.sort();
     gone.dedup();
     gone
 }

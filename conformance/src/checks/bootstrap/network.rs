@@ -59,16 +59,9 @@ fn owned_by(line: &str, group: Option<u32>) -> bool {
         .filter_map(|r| r.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
         .collect();
     pids.is_empty()
-        || pids.iter().any(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|st| {
-                    // pgrp is the third field after the parenthesised command name.
-                    let (_, rest) = st.rsplit_once(')')?;
-                    rest.split_whitespace().nth(2)?.parse::<u32>().ok()
-                })
-                == Some(group)
-        })
+        || pids
+            .iter()
+            .any(|p| dvmlab_harness::procs::stat(*p).map(|st| st.pgrp) == Some(group))
 }
 
 /// Local and peer addresses of the TCP and UDP sockets of the daemon on `host` and the
