@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint bench build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -67,13 +67,21 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
-## Formation time vs size, CPU and RSS per daemon; job latency and throughput; the DVM
-## key's cost beside no key (see README).
+## Benchmarks that compare (README, "Performance"): every figure beside the machine's own
+## floor for the same work, measured in the same run, and the ratio. `make bench` drives a
+## runtime only through its conformance profile (PROFILE, default dvmlab's) on netns hosts
+## (root), then runs the reference runtime's own benches: the DVM key's cost, the elastic
+## requests, events (beside OpenPMIx when libpmix-dev is installed).
+PROFILE ?= conformance/profiles/reference.toml
+PROFILES ?= conformance/profiles/reference.toml conformance/profiles/human-status-example.toml
+BENCH_SIZES ?= 8,32,128
+BENCH_REPS ?= 3
+SCALE_SIZES ?= 1024,2048
+BENCH := cargo run --release -q -p dvmlab-bench --
 bench:
-	cargo bench -p dvmlab-runtime --bench formation
-	cargo bench -p dvmlab-runtime --bench jobs
+	$(BENCH) run --profile $(PROFILE) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
 	cargo bench -p dvmlab-runtime --bench key
-	cargo bench -p dvmlab-runtime --bench elastic
+	DVMLAB_BACKEND=netns cargo bench -p dvmlab-runtime --bench elastic
 	@if pkg-config --exists pmix json-c; then \
 	  mkdir -p target/bench && $(MAKE) -s -C conformance/examples/openpmix OUT=$(CURDIR)/target/bench/pmix-adapter && \
 	  DVMLAB_PMIX_ADAPTER=$(CURDIR)/target/bench/pmix-adapter cargo bench -p dvmlab-runtime --bench events; \
@@ -81,6 +89,22 @@ bench:
 	  echo "events bench without OpenPMIx beside it: needs libpmix-dev and libjson-c-dev"; \
 	  cargo bench -p dvmlab-runtime --bench events; \
 	fi
+
+## PROFILES measured alternately in one run: medians, spread, ratios side by side.
+bench-compare:
+	$(BENCH) run $(foreach p,$(PROFILES),--profile $(p)) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
+
+## dvmlab against Open MPI's mpirun (Debian's openmpi-bin), one-shot work on the same hosts.
+bench-peers:
+	$(BENCH) peers --profile $(PROFILE) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
+
+## Formation and a job per node at SCALE_SIZES netns hosts, with memory.
+bench-scale:
+	$(BENCH) run --profile $(PROFILE) --sizes $(SCALE_SIZES) --reps 1 --sequential 0 --grow 0 --job-reps 1 --name scale
+
+## The README's performance section, rebuilt from what the runs above wrote.
+bench-readme:
+	$(BENCH) readme
 
 ## Every fuzz target (cargo-fuzz, nightly) for FUZZ_SECONDS each, from the checked-in corpus;
 ## new inputs go to target/fuzz-corpus, a crash to runtime/fuzz/artifacts (keep it as a

@@ -369,18 +369,7 @@ impl Profile {
 /// cargo profile that made it: a profile for a Rust implementation in the same workspace
 /// finds its binaries there.
 fn build_dir() -> (PathBuf, String) {
-    let exe = std::env::current_exe().unwrap_or_default();
-    // <target>/<profile>/deps/<test binary>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let cargo_profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => "dev".to_string(),
-        Some(other) => other.to_string(),
-    };
-    (dir, cargo_profile)
+    dvmlab_harness::agent::build_dir().unwrap_or_else(|_| (PathBuf::new(), "dev".to_string()))
 }
 
 fn fill(words: &mut [String], vars: &[(&str, String)]) {
@@ -610,6 +599,30 @@ impl Profile {
     /// The environment variable that sets MCA parameter `name`.
     pub fn mca_env(&self, name: &str) -> Option<String> {
         Some(self.mca.as_ref()?.env.replace("{name}", name))
+    }
+
+    /// The words a daemon command needs to run in an elastic DVM whose launch agent is
+    /// `agent`: elastic mode (unless `fixed`), the agent, and the new-daemon timeout, as
+    /// `[mca]` says. An error names what the profile lacks.
+    pub fn elastic_words(&self, agent: &str, fixed: bool) -> Result<Vec<String>, String> {
+        let e = self.elastic.as_ref().ok_or_else(|| {
+            "the profile has no [elastic] section (how to grow and shrink the DVM)".to_string()
+        })?;
+        let mca = |name: &str, value: &str| {
+            self.mca_cli(name, value).ok_or_else(|| {
+                "the profile has no [mca] section (how to set elastic mode and the agent)"
+                    .to_string()
+            })
+        };
+        let mut words = Vec::new();
+        if !fixed {
+            words.extend(mca(&e.mode[0], &e.mode[1])?);
+        }
+        words.extend(mca(&e.agent_param, agent)?);
+        if let Some([k, v]) = &e.timeout {
+            words.extend(mca(k, v)?);
+        }
+        Ok(words)
     }
 }
 

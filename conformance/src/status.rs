@@ -100,6 +100,10 @@ pub struct Status {
     /// Upward job-exec requests the controller received, by kind.
     #[serde(default)]
     pub job_messages: Option<JobMessages>,
+    /// When the DVM formed (milliseconds since the Unix epoch, the controller's clock): the
+    /// benches time formation by it when reported, else by their own status reads.
+    #[serde(default)]
+    pub formed_at_unix_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

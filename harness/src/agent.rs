@@ -36,17 +36,7 @@ pub fn program() -> Result<PathBuf, String> {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            // <target>/<profile>/deps/<test binary>
-            let dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .ok_or("no target directory above this program")?
-                .to_path_buf();
-            let profile = match dir.file_name().and_then(|n| n.to_str()) {
-                Some("debug") | None => "dev".to_string(),
-                Some(other) => other.to_string(),
-            };
+            let (dir, profile) = build_dir()?;
             let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
             let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
                 .args([
@@ -71,6 +61,24 @@ pub fn program() -> Result<PathBuf, String> {
             Ok(program)
         })
         .clone()
+}
+
+/// The cargo build directory this program runs from (`<target>/<profile>`, for a test
+/// binary in its `deps/` as for a program beside it) and the cargo profile that made it.
+pub fn build_dir() -> Result<(PathBuf, String), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let mut dir = exe
+        .parent()
+        .ok_or("no directory above this program")?
+        .to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.pop();
+    }
+    let profile = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => "dev".to_string(),
+        Some(other) => other.to_string(),
+    };
+    Ok((dir, profile))
 }
 
 /// Writes `dir/agent.json` and the script `dir/agent`; returns the script's path.

@@ -5,7 +5,7 @@
 //!   event and the results so far, with no chain around them;
 //! - **same node**: `pevent notify` to a listener on the same node (p50/p99 of sent to
 //!   handler called, `DVMLAB_BENCH_EVENTS` events, default 200), beside the machine's floor
-//!   for two hops between processes (a message through `cat` and back) and, when
+//!   for two hops between processes (a unix-socket round trip to another process) and, when
 //!   `DVMLAB_PMIX_ADAPTER` names the OpenPMIx adapter (`make bench` builds it), the same
 //!   measure on real OpenPMIx;
 //! - **NAMESPACE**: a job with one process on each of 32 and 128 nodes
@@ -18,7 +18,7 @@
 
 mod support;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -287,28 +287,16 @@ fn same_node_delays(
     delays
 }
 
-/// The machine's floor for two hops between processes: a line through `cat` and back (ms).
-fn pipe_floor(reps: usize) -> Vec<f64> {
-    let mut cat = std::process::Command::new("cat")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            eprintln!("cat: {e}");
+/// The machine's floor for two hops between processes: a one-byte round trip over a unix
+/// socket to another process (ms).
+fn socket_floor(reps: usize) -> Vec<f64> {
+    match dvmlab_bench::floor::unix_rtt_us(reps) {
+        Ok(us) => us.into_iter().map(|u| u / 1000.0).collect(),
+        Err(e) => {
+            eprintln!("the unix-socket floor: {e}");
             std::process::exit(1)
-        });
-    let (mut w, mut r) = (cat.stdin.take().unwrap(), cat.stdout.take().unwrap());
-    let mut buf = [0u8; 64];
-    let mut out = Vec::new();
-    for _ in 0..reps {
-        let t = Instant::now();
-        let _ = w.write_all(&[b'x'; 64]);
-        let _ = r.read_exact(&mut buf);
-        out.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
     }
-    drop(w);
-    let _ = cat.wait();
-    out
 }
 
 struct Same {
@@ -539,6 +527,7 @@ fn namespace(backend: BackendKind, n: usize, reps: usize) -> Wide {
 }
 
 fn main() {
+    dvmlab_bench::floor::serve_worker();
     let backend = support::backend();
     let events: usize = std::env::var("DVMLAB_BENCH_EVENTS")
         .ok()
@@ -561,7 +550,7 @@ fn main() {
     }
 
     let dv = same_node_dvmlab(backend, events);
-    let mut fl = pipe_floor(events);
+    let mut fl = socket_floor(events);
     let (f50, f99) = (percentile(&mut fl, 0.5), percentile(&mut fl, 0.99));
     println!("Same node, notify to the listener's handler ({events} events, {backend:?} backend)");
     println!(
@@ -569,7 +558,7 @@ fn main() {
         dv.p50, dv.p99
     );
     println!(
-        "  floor      p50 {f50:>7.3} ms  p99 {f99:>7.3} ms   (two hops between processes: through cat and back)   dvmlab/floor p50 {:.1}",
+        "  floor      p50 {f50:>7.3} ms  p99 {f99:>7.3} ms   (two hops between processes: a unix-socket round trip)   dvmlab/floor p50 {:.1}",
         dv.p50 / f50.max(1e-6)
     );
     let pmix = same_node_openpmix(events);

@@ -7,6 +7,7 @@
 
 mod support;
 
+use dvmlab_bench::plot::{Panel, Series};
 use serde_json::json;
 use support::dvm;
 
@@ -82,30 +83,30 @@ fn main() {
     }
     let [f_plain, f_key] = form;
     let [j_plain, j_key] = job;
-    let svg = support::svg::chart(
-        &format!("The DVM key's cost ({backend:?} backend, radix 64)"),
-        &xs,
-        &[
-            support::svg::Panel {
-                title: "DVM formed after last start",
-                unit: "ms",
-                series: vec![("no key", f_plain), ("key", f_key)],
-                target: None,
-            },
-            support::svg::Panel {
-                title: "prun /bin/true per node, start to exit",
-                unit: "ms",
-                series: vec![("no key", j_plain), ("key", j_key)],
-                target: None,
-            },
-        ],
-    );
+    let line = |name: &str, ys: Vec<f64>| Series {
+        name: name.into(),
+        points: xs.iter().copied().zip(ys).collect(),
+        reference: false,
+    };
+    let panels = vec![
+        Panel {
+            title: "DVM formed after last start".into(),
+            unit: "ms".into(),
+            series: vec![line("no key", f_plain), line("key", f_key)],
+        },
+        Panel {
+            title: "prun /bin/true per node, start to exit".into(),
+            unit: "ms".into(),
+            series: vec![line("no key", j_plain), line("key", j_key)],
+        },
+    ];
+    let title = format!("The DVM key's cost ({backend:?} backend, radix 64)");
     let doc = json!({"backend": format!("{backend:?}"), "reps": reps, "rows": rows});
     support::report(
         "with the key, formation and a job at 32 nodes take at most 10 % longer than without",
         &misses,
         "key",
-        Some(svg),
+        Some((&title, panels)),
         &doc,
     );
 }

@@ -3,13 +3,6 @@
 // Not every bench uses every helper.
 #[allow(dead_code)]
 pub mod dvm;
-// Not every bench has a spawn floor yet.
-#[allow(dead_code)]
-pub mod floor;
-// Not every bench draws.
-#[allow(dead_code)]
-pub mod svg;
-
 use std::time::SystemTime;
 
 use dvmlab_harness::BackendKind;
@@ -54,13 +47,13 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Prints the targets and any missed, then writes `target/bench/<name>.json` (and `.svg`,
-/// for a bench with a plot).
+/// Prints the targets and any missed, then writes `target/bench/<name>.json`, stamped with
+/// the machine and the moment, and, for a bench with a chart, `<name>.svg`.
 pub fn report(
     targets: &str,
     misses: &[String],
     name: &str,
-    svg: Option<String>,
+    chart: Option<(&str, Vec<dvmlab_bench::plot::Panel>)>,
     doc: &serde_json::Value,
 ) {
     println!("targets: {targets}");
@@ -72,15 +65,21 @@ pub fn report(
     }
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
     let _ = std::fs::create_dir_all(&dir);
-    let json = serde_json::to_string_pretty(doc).unwrap_or_default();
-    let svg = svg.map(|s| (dir.join(format!("{name}.svg")), s));
-    for (path, text) in svg
-        .into_iter()
-        .chain([(dir.join(format!("{name}.json")), json)])
-    {
-        match std::fs::write(&path, text) {
+    let stamp = dvmlab_bench::stamp::Stamp::now();
+    if let Some((title, panels)) = chart {
+        let path = dir.join(format!("{name}.svg"));
+        match dvmlab_bench::plot::chart(&path, title, &stamp.line(), &panels) {
             Ok(()) => println!("written: {}", path.display()),
-            Err(e) => eprintln!("cannot write {}: {e}", path.display()),
+            Err(e) => eprintln!("{e}"),
         }
+    }
+    let doc = serde_json::json!({"stamp": stamp, "results": doc});
+    let path = dir.join(format!("{name}.json"));
+    match std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&doc).unwrap_or_default(),
+    ) {
+        Ok(()) => println!("written: {}", path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
     }
 }

@@ -137,13 +137,11 @@ fn site<'a>(ctx: &'a Ctx, label: &str, n: usize, o: Opts) -> Result<Site<'a>, Pr
             .or_unresolved("making the release recorder executable")?;
         daemon.extend(mca(&param, &recorder.to_string_lossy())?);
     }
-    if !o.fixed {
-        daemon.extend(mca(&e.mode[0], &e.mode[1])?);
-    }
-    daemon.extend(mca(&e.agent_param, &launch.to_string_lossy())?);
-    if let Some([k, v]) = &e.timeout {
-        daemon.extend(mca(k, v)?);
-    }
+    daemon.extend(
+        ctx.profile
+            .elastic_words(&launch.to_string_lossy(), o.fixed)
+            .map_err(Problem::Unsupported)?,
+    );
     for (k, v) in o.mca {
         daemon.extend(mca(k, v)?);
     }

@@ -4,28 +4,40 @@
 //!
 //! - A job of N processes: N spawns of the program and their waits, spread over one worker
 //!   process per core (as a DVM's daemons share the cores), each spawning its share one
-//!   after another.
+//!   after another. The workers are started the way the runtime's tool is (entering the
+//!   controller's host), so both pay the same entry.
 //! - Formation of N daemons: N processes started on their hosts, as the harness starts
 //!   daemons, each making one TCP connection to a process on the controller's host, which
 //!   accepts them all.
+//! - A grow onto N hosts: the launch agent starting a process that exits at once on each,
+//!   all at once.
+//! - An event between two processes on one node: one unix-socket round trip.
 //!
-//! A worker is this bench program again, told by [`WORKER_ENV`] what to do; [`serve_worker`]
-//! at the top of `main` runs it.
+//! A worker is the calling program again, told by [`WORKER_ENV`] what to do; every program
+//! that measures a floor calls [`serve_worker`] first thing in `main`.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use dvmlab_harness::Cluster;
+use dvmlab_harness::{wait_until, Cluster};
 
-/// Set on a worker process: `spawn COUNT PROGRAM`, `connect ADDR` or `listen ADDR COUNT`.
+use crate::stats::median;
+
+/// Set on a worker process: `spawn COUNT PROGRAM`, `connect ADDR`, `listen ADDR COUNT` or
+/// `echo PATH`.
 const WORKER_ENV: &str = "DVMLAB_BENCH_FLOOR_WORKER";
 
 /// The port the formation floor's listener takes on the controller's host.
 const FLOOR_PORT: u16 = 7999;
 
-/// In a worker (started by [`spawn_ms`]), does its share and exits; otherwise returns.
+/// How long a floor's listener waits for its connections before giving up.
+const LISTEN_LIMIT: Duration = Duration::from_secs(120);
+
+/// In a worker (started by a floor here), does its share and exits; otherwise returns.
 pub fn serve_worker() {
     let Ok(task) = std::env::var(WORKER_ENV) else {
         return;
@@ -42,8 +54,9 @@ pub fn serve_worker() {
             .and_then(|a| TcpStream::connect(a).map_err(|e| format!("connect {a}: {e}")))
             .map(|_| ()),
         ["listen", addr, count] => listen(addr, count),
+        ["echo", path] => echo(path),
         _ => Err(format!(
-            "{WORKER_ENV}={task:?}: expected spawn COUNT PROGRAM, connect ADDR or listen ADDR COUNT"
+            "{WORKER_ENV}={task:?}: expected spawn COUNT PROGRAM, connect ADDR, listen ADDR COUNT or echo PATH"
         )),
     };
     if let Err(e) = done {
@@ -59,8 +72,8 @@ fn listen(addr: &str, count: &str) -> Result<(), String> {
     let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
     // A connector that failed would leave this waiting forever: a watchdog, not a wait.
     std::thread::spawn(|| {
-        std::thread::sleep(std::time::Duration::from_secs(120));
-        eprintln!("floor listener: not every connection came within 120 s");
+        std::thread::sleep(LISTEN_LIMIT);
+        eprintln!("floor listener: not every connection came within {LISTEN_LIMIT:?}");
         std::process::exit(3);
     });
     println!("ready");
@@ -70,6 +83,19 @@ fn listen(addr: &str, count: &str) -> Result<(), String> {
         open.push(s);
     }
     Ok(())
+}
+
+/// Connects to the unix socket at `path` and sends back every byte it reads until EOF.
+fn echo(path: &str) -> Result<(), String> {
+    let mut s = UnixStream::connect(path).map_err(|e| format!("connect {path}: {e}"))?;
+    let mut b = [0u8; 1];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return Ok(()),
+            Ok(_) => s.write_all(&b).map_err(|e| format!("echo: {e}"))?,
+            Err(e) => return Err(format!("read {path}: {e}")),
+        }
+    }
 }
 
 fn spawn_and_wait(program: &str, count: usize) -> Result<(), String> {
@@ -90,20 +116,43 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+fn me() -> Result<String, String> {
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .map_err(|e| format!("this program's path: {e}"))
+}
+
+/// How a floor starts a worker (the calling program, as argv\[0\]): on this machine as it
+/// is, or entering a cluster's host.
+pub enum Place<'a> {
+    Here,
+    Host(&'a Cluster, &'a str),
+}
+
+impl Place<'_> {
+    fn command(&self, program: &str) -> Result<Command, String> {
+        match self {
+            Place::Here => Ok(Command::new(program)),
+            Place::Host(c, h) => c.command(h, &[program.to_string()]),
+        }
+    }
+}
+
 /// The median, in ms, of `reps` runs of: `n` spawns of `program` and their waits, over one
-/// worker process per core (counting the workers' own start, as a job counts its daemons'
-/// shells).
-pub fn spawn_ms(program: &str, n: usize, reps: usize) -> Result<f64, String> {
-    let me = std::env::current_exe().map_err(|e| format!("this bench's program: {e}"))?;
+/// worker process per core started at `place` (counting the workers' own start, as a job
+/// counts its tool's and daemons' work).
+pub fn spawn_ms(place: &Place, program: &str, n: usize, reps: usize) -> Result<f64, String> {
+    let me = me()?;
     let workers = cores().min(n.max(1));
     let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
+    for _ in 0..reps.max(1) {
         let t = Instant::now();
         let mut children = Vec::with_capacity(workers);
         for w in 0..workers {
             // The first n % workers workers take one more.
             let share = n / workers + usize::from(w < n % workers);
-            let child = Command::new(&me)
+            let child = place
+                .command(&me)?
                 .env(WORKER_ENV, format!("spawn {share} {program}"))
                 .spawn()
                 .map_err(|e| format!("starting a floor worker: {e}"))?;
@@ -117,15 +166,14 @@ pub fn spawn_ms(program: &str, n: usize, reps: usize) -> Result<f64, String> {
         }
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    Ok(super::dvm::median(&mut times))
+    Ok(median(&times))
 }
 
 /// The floor for forming a DVM on `cluster`: from the first start until a process on
 /// `controller` has accepted one TCP connection from a process started on each of `hosts`
 /// (started the way the harness starts daemons, entering each host), in ms.
 pub fn connect_ms(cluster: &Cluster, controller: &str, hosts: &[String]) -> Result<f64, String> {
-    let me = std::env::current_exe().map_err(|e| format!("this bench's program: {e}"))?;
-    let me = me.display().to_string();
+    let me = me()?;
     let ip = cluster
         .host(controller)?
         .v4
@@ -169,4 +217,76 @@ pub fn connect_ms(cluster: &Cluster, controller: &str, hosts: &[String]) -> Resu
         return Err(format!("the floor's listener failed: {st}"));
     }
     Ok(ms)
+}
+
+/// The floor for a grow onto `hosts`: from `controller`, the launch agent `agent` (`AGENT
+/// HOST COMMAND…`) starts `/bin/true` on every one of them at once, and all are waited
+/// for; in ms.
+pub fn agent_ms(
+    cluster: &Cluster,
+    controller: &str,
+    agent: &Path,
+    hosts: &[String],
+) -> Result<f64, String> {
+    let t = Instant::now();
+    let mut children = Vec::with_capacity(hosts.len());
+    for h in hosts {
+        let argv = vec![agent.display().to_string(), h.clone(), "/bin/true".into()];
+        let c = cluster
+            .command(controller, &argv)?
+            .stdout(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting the launch agent for {h}: {e}"))?;
+        children.push((h, c));
+    }
+    for (h, mut c) in children {
+        let st = c
+            .wait()
+            .map_err(|e| format!("the launch agent for {h}: {e}"))?;
+        if !st.success() {
+            return Err(format!("the launch agent for {h} failed: {st}"));
+        }
+    }
+    Ok(t.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// `count` one-byte round trips over a unix socket to a worker process on this machine;
+/// each round trip's time in µs.
+pub fn unix_rtt_us(count: usize) -> Result<Vec<f64>, String> {
+    let dir = std::env::temp_dir().join(format!("dvmlab-floor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join("echo.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut child = Command::new(me()?)
+        .env(WORKER_ENV, format!("echo {}", path.display()))
+        .spawn()
+        .map_err(|e| format!("starting the echo worker: {e}"))?;
+    let run = || -> Result<Vec<f64>, String> {
+        // A worker that failed to start never connects: bounded, not a blocking accept.
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let (mut s, _) = wait_until(Duration::from_secs(10), Duration::from_millis(1), || {
+            listener.accept().map_err(|e| e.to_string())
+        })
+        .map_err(|e| format!("the echo worker did not connect: {e}"))?;
+        s.set_nonblocking(false)
+            .map_err(|e| format!("the echo socket: {e}"))?;
+        let mut times = Vec::with_capacity(count);
+        let mut b = [0u8; 1];
+        for _ in 0..count {
+            let t = Instant::now();
+            s.write_all(b"x").map_err(|e| format!("echo send: {e}"))?;
+            s.read_exact(&mut b)
+                .map_err(|e| format!("echo receive: {e}"))?;
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(times)
+    };
+    let times = run();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    times
 }

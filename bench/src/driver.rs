@@ -1,0 +1,470 @@
+//! Measures one runtime through its conformance profile only — the daemon command, the
+//! status, the submit and stop commands, and for grow and shrink the `[elastic]` pushes —
+//! on harness hosts, as the conformance suite drives it: a vendor's runtime is measured
+//! exactly as dvmlab's own is. Every figure is taken beside the machine's floor for the
+//! same work on the same hosts ([`crate::floor`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use conformance::knobs::Cell;
+use conformance::profile::Profile;
+use conformance::status::Status;
+use conformance::sut::{Ctx, Dvm};
+use dvmlab_harness::{agent, wait_until, BackendKind, PrteConf};
+use serde::Serialize;
+
+use crate::floor::{self, Place};
+use crate::stats::median;
+
+/// What every job of the benches runs.
+const TRUE: &str = "/bin/true";
+
+/// How long a DVM may take to form before the bench gives up on it.
+const FORM_LIMIT: Duration = Duration::from_secs(180);
+
+/// How often the bench reads the status while it waits, when the status does not say when
+/// the DVM formed (`formed_at_unix_ms`): the resolution of such a formation figure.
+pub const POLL: Duration = Duration::from_millis(10);
+
+/// How long a job, a grow or a shrink may take before it counts as hung.
+const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+
+/// The tree's radix on every DVM the benches form.
+pub const RADIX: u32 = 64;
+
+/// A runtime to measure: its profile, loaded and built.
+pub struct Runtime {
+    /// What tables and charts call it: the profile's `[implementation] name`.
+    pub name: String,
+    pub profile: Arc<Profile>,
+}
+
+impl Runtime {
+    /// Loads the profile at `path` and runs its build command.
+    pub fn load(path: &std::path::Path) -> Result<Runtime, String> {
+        let profile = Profile::load(path)?;
+        if !profile.has_dvm {
+            return Err(format!(
+                "profile {}: it drives no DVM (it has no [daemon], [status] and [stop]), so there is nothing to measure",
+                path.display()
+            ));
+        }
+        profile.build()?;
+        Ok(Runtime {
+            name: profile.implementation.name.clone(),
+            profile: Arc::new(profile),
+        })
+    }
+}
+
+/// What a figure measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Every daemon started together (the controller first): from the first start to formed.
+    FormTogether,
+    /// The nodes started, then the controller: from the controller's start to formed.
+    FormControllerLast,
+    /// A job of one `/bin/true` per node on a formed DVM, submit to exit.
+    Job,
+    /// One-process jobs one after another: ms per job.
+    Sequential,
+    /// A push growing the DVM onto new hosts, to its end.
+    Grow,
+    /// A push shrinking those hosts away, to its end.
+    Shrink,
+    /// One-shot work with no DVM beforehand: start the daemons, form, run a job of one
+    /// `/bin/true` per node (Open MPI: one `mpirun`), from the first start to the job's end.
+    OneShot,
+}
+
+impl Metric {
+    pub const ALL: [Metric; 7] = [
+        Metric::FormTogether,
+        Metric::FormControllerLast,
+        Metric::Job,
+        Metric::Sequential,
+        Metric::Grow,
+        Metric::Shrink,
+        Metric::OneShot,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Metric::FormTogether => "formation, all started together",
+            Metric::FormControllerLast => "formation, controller last",
+            Metric::Job => "job, one /bin/true per node",
+            Metric::Sequential => "sequential one-process jobs",
+            Metric::Grow => "grow (push)",
+            Metric::Shrink => "shrink (push)",
+            Metric::OneShot => "one-shot: daemons started, one /bin/true per node, done",
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Sequential => "ms per job",
+            _ => "ms",
+        }
+    }
+
+    /// What its floor is.
+    pub fn floor(self) -> &'static str {
+        match self {
+            Metric::FormTogether | Metric::FormControllerLast => {
+                "as many processes started on the same hosts, each making one TCP connection to a process on ctl, until all are accepted"
+            }
+            Metric::Job => {
+                "as many /bin/true spawned and waited for by one worker per core, the workers started on ctl as the tool is"
+            }
+            Metric::Sequential => {
+                "one worker started on ctl spawning one /bin/true (two starts, as a tool and its process)"
+            }
+            Metric::Grow | Metric::Shrink => {
+                "the launch agent starting /bin/true on each of the hosts, all at once"
+            }
+            Metric::OneShot => {
+                "the formation floor plus the job floor: processes started on the hosts each connecting to ctl, then as many /bin/true spawned"
+            }
+        }
+    }
+}
+
+/// One measured figure, beside its floor from the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    pub metric: Metric,
+    pub nodes: usize,
+    pub value: f64,
+    pub floor: f64,
+    /// The formation figure is timed by the bench's status reads (the status has no
+    /// `formed_at_unix_ms`): good to [`POLL`].
+    pub polled: bool,
+}
+
+/// Memory of the daemons the harness started, once the DVM has run its jobs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    pub nodes: usize,
+    /// Peak resident set (VmHWM) of the controller's process, MiB.
+    pub controller_mib: f64,
+    pub daemon_mean_mib: f64,
+    pub daemon_max_mib: f64,
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub backend: BackendKind,
+    pub sizes: Vec<usize>,
+    /// Jobs timed per DVM (their median is the figure).
+    pub job_reps: usize,
+    /// Sequential jobs, on the smallest DVM (0: none).
+    pub sequential: usize,
+    /// Hosts a grow adds, on a DVM of the smallest size (0: no grow or shrink).
+    pub grow: usize,
+    /// Formation only: no jobs (the largest scales).
+    pub formation_only: bool,
+}
+
+/// Everything one repetition of a plan measured for one runtime.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Measured {
+    pub samples: Vec<Sample>,
+    pub memory: Vec<Memory>,
+    /// Why grow and shrink were not measured, when they were not.
+    pub skipped: Vec<String>,
+}
+
+/// `n0001`, … (the width DVMNodes' range names).
+pub(crate) fn nodes(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("n{i:04}")).collect()
+}
+
+pub(crate) fn conf(n: usize) -> PrteConf {
+    PrteConf::new()
+        .set("ClusterName", "bench")
+        .set("DVMNodes", format!("n[4:1-{n}]"))
+        .set("DVMControllerHost", "ctl")
+        .set("DVMRadix", RADIX)
+        .set("DVMIPVersion", 4)
+}
+
+pub(crate) fn ctx(rt: &Runtime, backend: BackendKind, n: usize) -> Ctx {
+    let cell = Cell {
+        ip: 4,
+        radix: RADIX,
+        backend,
+        nodes: n,
+    };
+    Ctx::new(rt.profile.clone(), cell, 0, "bench")
+}
+
+pub(crate) fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+/// Waits until the status says formed, reading it every [`POLL`] without loading the hosts;
+/// the status and when the bench saw it (Unix ms).
+pub(crate) fn wait_formed(dvm: &Dvm) -> Result<(Status, f64), String> {
+    let mut last = String::from("no status yet");
+    wait_until(FORM_LIMIT, POLL, || match dvm.status_unobserved() {
+        Ok(s) if s.formed => Ok((s, unix_ms())),
+        Ok(s) => {
+            last = format!("{} joined", s.joined());
+            Err(last.clone())
+        }
+        Err(Ok(why)) => {
+            last = why;
+            Err(last.clone())
+        }
+        Err(Err(p)) => Err(p.to_string()),
+    })
+    .map_err(|e| format!("the DVM did not form within {FORM_LIMIT:?} ({last}): {e}"))
+}
+
+/// Starts `order`, waits until formed; ms from `since` (the first start when `from_first`,
+/// else the last) to formed, and whether that was timed by the bench's reads.
+pub(crate) fn form(
+    dvm: &mut Dvm,
+    order: &[String],
+    from_first: bool,
+) -> Result<(f64, bool), String> {
+    let first = unix_ms();
+    dvm.start_many(order).map_err(|p| p.to_string())?;
+    let last = unix_ms();
+    let (status, seen) = wait_formed(dvm)?;
+    let since = if from_first { first } else { last };
+    Ok(match status.formed_at_unix_ms {
+        Some(at) => ((at as f64 - since).max(0.0), false),
+        None => (seen - since, true),
+    })
+}
+
+/// Runs `argv` on the controller's host; ms to its exit (which must be 0 within `limit`).
+pub(crate) fn timed_within(dvm: &Dvm, argv: &[String], limit: Duration) -> Result<f64, String> {
+    let t = Instant::now();
+    let (code, out, err) = dvm
+        .run_on(&dvm.ctl, argv, limit)
+        .map_err(|p| p.to_string())?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let end = match code {
+        Some(0) => return Ok(ms),
+        Some(c) => format!("exited {c}"),
+        None => format!("did not end within {limit:?}"),
+    };
+    Err(format!("{argv:?} {end}:\n{}\n{}", out.trim(), err.trim()))
+}
+
+/// [`timed_within`] the limit of a job, a grow or a shrink.
+pub(crate) fn timed(dvm: &Dvm, argv: &[String]) -> Result<f64, String> {
+    timed_within(dvm, argv, COMMAND_LIMIT)
+}
+
+pub(crate) fn stop(dvm: &mut Dvm) -> Result<(), String> {
+    dvm.stop().map_err(|p| format!("stopping the DVM: {p}"))
+}
+
+/// Removes the cluster and its run directory (the suite keeps them for its reports; a
+/// bench that succeeded has nothing to show in them).
+pub(crate) fn discard(dvm: Dvm) {
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    dvm.cluster.destroy();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Peak resident set of `pid` (VmHWM), MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let kib: f64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kib / 1024.0)
+}
+
+fn memory(dvm: &Dvm, nodes: &[String]) -> Option<Memory> {
+    let rss: Vec<f64> = nodes
+        .iter()
+        .filter_map(|h| peak_rss_mib(dvm.cluster.pid(h)?))
+        .collect();
+    if rss.is_empty() {
+        return None;
+    }
+    Some(Memory {
+        nodes: nodes.len(),
+        controller_mib: peak_rss_mib(dvm.cluster.pid(&dvm.ctl)?)?,
+        daemon_mean_mib: rss.iter().sum::<f64>() / rss.len() as f64,
+        daemon_max_mib: rss.iter().cloned().fold(0.0, f64::max),
+    })
+}
+
+/// One repetition of `plan` for `rt`; `say` is told what is being measured.
+pub fn measure(rt: &Runtime, plan: &Plan, say: &mut dyn FnMut(&str)) -> Result<Measured, String> {
+    let mut m = Measured::default();
+    let smallest = plan.sizes.iter().copied().min().unwrap_or(0);
+    for &n in &plan.sizes {
+        let seq = if n == smallest { plan.sequential } else { 0 };
+        say(&format!("{}: {n} nodes", rt.name));
+        size(rt, plan, n, seq, &mut m).map_err(|e| format!("{}, {n} nodes: {e}", rt.name))?;
+    }
+    if plan.grow > 0 && !plan.formation_only {
+        if rt.profile.elastic.is_none() {
+            m.skipped.push(format!(
+                "{}: grow and shrink not measured: its profile has no [elastic] section",
+                rt.name
+            ));
+        } else {
+            say(&format!("{}: grow and shrink by {}", rt.name, plan.grow));
+            elastic(rt, plan, smallest.max(1), &mut m)
+                .map_err(|e| format!("{}, grow and shrink: {e}", rt.name))?;
+        }
+    }
+    Ok(m)
+}
+
+fn size(rt: &Runtime, plan: &Plan, n: usize, seq: usize, m: &mut Measured) -> Result<(), String> {
+    let ctx = ctx(rt, plan.backend, n);
+    let names = nodes(n);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(names.iter().cloned());
+    let mut dvm = Dvm::new(&ctx, "bench", &hosts, &conf(n)).map_err(|p| p.to_string())?;
+    let r = size_on(&mut dvm, plan, n, seq, &names, &hosts, m);
+    if r.is_err() {
+        // Whatever the DVM left running goes with the cluster; its logs stay for a look.
+        dvm.cluster.destroy();
+        return r;
+    }
+    discard(dvm);
+    Ok(())
+}
+
+fn size_on(
+    dvm: &mut Dvm,
+    plan: &Plan,
+    n: usize,
+    seq: usize,
+    names: &[String],
+    hosts: &[String],
+    m: &mut Measured,
+) -> Result<(), String> {
+    let sample = |metric, value, floor, polled| Sample {
+        metric,
+        nodes: n,
+        value,
+        floor,
+        polled,
+    };
+    let (together, polled) = form(dvm, hosts, true)?;
+    let mut jobs = None;
+    if !plan.formation_only {
+        let argv = dvm
+            .submit_argv(n, names, &[], &[TRUE])
+            .map_err(|p| p.to_string())?;
+        let mut times = Vec::with_capacity(plan.job_reps);
+        for _ in 0..plan.job_reps.max(1) {
+            times.push(timed(dvm, &argv)?);
+        }
+        let job = median(&times);
+        let job_floor =
+            floor::spawn_ms(&Place::Host(&dvm.cluster, &dvm.ctl), TRUE, n, plan.job_reps)?;
+        jobs = Some(sample(Metric::Job, job, job_floor, false));
+        if seq > 0 {
+            let one = dvm
+                .submit_argv(1, &names[..1], &[], &[TRUE])
+                .map_err(|p| p.to_string())?;
+            let t = Instant::now();
+            for _ in 0..seq {
+                timed(dvm, &one)?;
+            }
+            let per_job = t.elapsed().as_secs_f64() * 1000.0 / seq as f64;
+            let t = Instant::now();
+            for _ in 0..seq {
+                floor::spawn_ms(&Place::Host(&dvm.cluster, &dvm.ctl), TRUE, 1, 1)?;
+            }
+            let floor_per_job = t.elapsed().as_secs_f64() * 1000.0 / seq as f64;
+            m.samples
+                .push(sample(Metric::Sequential, per_job, floor_per_job, false));
+        }
+    }
+    m.memory.extend(memory(dvm, names));
+    stop(dvm)?;
+    let (ctl_last, polled_last) = form(dvm, &names_then_ctl(hosts), false)?;
+    stop(dvm)?;
+    let form_floor = floor::connect_ms(&dvm.cluster, &dvm.ctl, hosts)?;
+    m.samples
+        .push(sample(Metric::FormTogether, together, form_floor, polled));
+    m.samples.push(sample(
+        Metric::FormControllerLast,
+        ctl_last,
+        form_floor,
+        polled_last,
+    ));
+    m.samples.extend(jobs);
+    Ok(())
+}
+
+/// The nodes first, the controller (the first host) last.
+fn names_then_ctl(hosts: &[String]) -> Vec<String> {
+    let mut order = hosts[1..].to_vec();
+    order.extend(hosts.first().cloned());
+    order
+}
+
+/// A DVM of `n` nodes and `plan.grow` spare hosts the profile's launch agent can start
+/// daemons on: a grow onto all spares, then a shrink of them, each timed to its end.
+fn elastic(rt: &Runtime, plan: &Plan, n: usize, m: &mut Measured) -> Result<(), String> {
+    let e = rt
+        .profile
+        .elastic
+        .clone()
+        .ok_or("the profile has no [elastic] section")?;
+    let ctx = ctx(rt, plan.backend, n);
+    let names = nodes(n);
+    let spares: Vec<String> = (1..=plan.grow).map(|i| format!("g{i:04}")).collect();
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(names.iter().cloned());
+    let formed = hosts.clone();
+    hosts.extend(spares.iter().cloned());
+    let mut dvm = Dvm::new(&ctx, "benchel", &hosts, &conf(n)).map_err(|p| p.to_string())?;
+    let r = (|| {
+        let program = agent::program()?;
+        let launch = dvm.cluster.write_agent(&program)?;
+        let mut daemon = rt.profile.daemon.command.clone();
+        daemon.extend(rt.profile.elastic_words(&launch.to_string_lossy(), false)?);
+        dvm.cluster.set_daemon(daemon);
+        let floor = floor::agent_ms(&dvm.cluster, &dvm.ctl, &launch, &spares)?;
+        form(&mut dvm, &formed, true)?;
+        let push = |words: &[String]| -> Vec<String> {
+            words
+                .iter()
+                .map(|w| w.replace("{hosts}", &spares.join(",")))
+                .collect()
+        };
+        let grow = timed(&dvm, &push(&e.grow))?;
+        let shrink = timed(&dvm, &push(&e.shrink))?;
+        stop(&mut dvm)?;
+        for (metric, value) in [(Metric::Grow, grow), (Metric::Shrink, shrink)] {
+            m.samples.push(Sample {
+                metric,
+                nodes: spares.len(),
+                value,
+                floor,
+                polled: false,
+            });
+        }
+        Ok(())
+    })();
+    if r.is_err() {
+        dvm.cluster.destroy();
+        return r;
+    }
+    discard(dvm);
+    Ok(())
+}

@@ -1,0 +1,328 @@
+//! `dvmlab-bench`: benchmarks that compare (README, "Performance").
+//!
+//! - `run --profile P [--profile Q …]`: formation (all together, controller last), a job of
+//!   one `/bin/true` per node, sequential jobs, grow and shrink — each runtime driven only
+//!   through its conformance profile, the profiles alternated repetition by repetition, every
+//!   figure beside the machine's floor from the same run and beside the other runtimes.
+//! - `peers`: dvmlab against Open MPI's `mpirun` for one-shot work on the same hosts.
+//! - `readme`: rebuilds the README's performance section from what the runs wrote.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use dvmlab_bench::driver::{self, Measured, Metric, Plan, Runtime};
+use dvmlab_bench::report::{self, Runs};
+use dvmlab_bench::stamp::Stamp;
+use dvmlab_bench::{floor, peers};
+use dvmlab_harness::BackendKind;
+
+#[derive(Parser)]
+#[command(
+    about = "Benchmarks that compare: every figure beside the machine's floor and other runtimes, measured in the same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Clone)]
+struct Common {
+    /// Node counts (the controller's host comes on top).
+    #[arg(long, value_delimiter = ',', default_value = "8,32,128")]
+    sizes: Vec<usize>,
+    /// Repetitions (alternating the runtimes); medians and spread are over these.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Where the Markdown, JSON and SVG go.
+    #[arg(long, default_value = "target/bench")]
+    out: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Measure runtimes through their conformance profiles.
+    Run {
+        /// A conformance profile (repeat to compare: the first is the baseline of the ratios).
+        #[arg(long = "profile", required = true)]
+        profiles: Vec<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+        /// Hosts as network namespaces (netns, needs root) or loopback processes (process).
+        #[arg(long, default_value = "netns")]
+        backend: String,
+        /// Jobs timed on each DVM (their median is the DVM's figure).
+        #[arg(long, default_value_t = 5)]
+        job_reps: usize,
+        /// One-process jobs one after another, on the smallest DVM (0: none).
+        #[arg(long, default_value_t = 200)]
+        sequential: usize,
+        /// Hosts a grow adds and a shrink removes (0: neither).
+        #[arg(long, default_value_t = 8)]
+        grow: usize,
+        /// Formation and memory only (for the largest scales).
+        #[arg(long)]
+        formation_only: bool,
+        /// The files' name (default: `bench` for one profile, `compare` for several).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// dvmlab against Open MPI's mpirun on the same netns hosts, one-shot work.
+    Peers {
+        /// dvmlab's profile.
+        #[arg(long, default_value = "conformance/profiles/reference.toml")]
+        profile: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Rebuild README.md's performance section from the runs' Markdown in DIR, copying their
+    /// charts and JSON to docs/bench/.
+    Readme {
+        #[arg(long, default_value = "target/bench")]
+        dir: PathBuf,
+        #[arg(long, default_value = "README.md")]
+        readme: PathBuf,
+        #[arg(long, default_value = "docs/bench")]
+        docs: PathBuf,
+    },
+}
+
+/// The ratio to the floor a job of one `/bin/true` per node should stay within at 32 and
+/// 128 nodes (issue 15).
+const JOB_TARGET: f64 = 1.5;
+
+fn main() -> ExitCode {
+    floor::serve_worker();
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Run {
+            profiles,
+            common,
+            backend,
+            job_reps,
+            sequential,
+            grow,
+            formation_only,
+            name,
+        } => backend_kind(&backend).and_then(|backend| {
+            let plan = Plan {
+                backend,
+                sizes: common.sizes.clone(),
+                job_reps,
+                sequential,
+                grow,
+                formation_only,
+            };
+            let name = name.unwrap_or_else(|| {
+                if profiles.len() > 1 {
+                    "compare"
+                } else {
+                    "bench"
+                }
+                .to_string()
+            });
+            run(&profiles, &plan, &common, &name)
+        }),
+        Cmd::Peers { profile, common } => run_peers(&profile, &common),
+        Cmd::Readme { dir, readme, docs } => rebuild_readme(&dir, &readme, &docs),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dvmlab-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn backend_kind(s: &str) -> Result<BackendKind, String> {
+    match s {
+        "netns" => {
+            if !nix::unistd::Uid::effective().is_root() {
+                return Err("--backend netns needs root (network namespaces); use --backend process, or run as root".into());
+            }
+            Ok(BackendKind::Netns)
+        }
+        "process" => Ok(BackendKind::Process),
+        other => Err(format!("--backend {other}: expected netns or process")),
+    }
+}
+
+fn say(s: &str) {
+    eprintln!("· {s}");
+}
+
+fn run(profiles: &[PathBuf], plan: &Plan, common: &Common, name: &str) -> Result<(), String> {
+    let runtimes: Vec<Runtime> = profiles
+        .iter()
+        .map(|p| Runtime::load(p))
+        .collect::<Result<_, _>>()?;
+    let stamp = Stamp::now();
+    let mut runs: Vec<Runs> = runtimes
+        .iter()
+        .map(|r| Runs {
+            name: r.name.clone(),
+            reps: Vec::new(),
+        })
+        .collect();
+    for rep in 0..common.reps.max(1) {
+        // Each repetition starts with the next runtime, so that none always goes first
+        // (a warm page cache, a cooler machine).
+        for k in 0..runtimes.len() {
+            let i = (rep + k) % runtimes.len();
+            say(&format!("repetition {} of {}", rep + 1, common.reps.max(1)));
+            let m = driver::measure(&runtimes[i], plan, &mut |s| say(s))?;
+            runs[i].reps.push(m);
+        }
+    }
+    let title = format!(
+        "{} ({:?} hosts, radix {})",
+        runtimes
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" vs "),
+        plan.backend,
+        driver::RADIX
+    );
+    let panels: Vec<_> = [
+        report::panel(&runs, Metric::FormTogether),
+        report::panel(&runs, Metric::Job),
+        report::ratio_panel(
+            &runs,
+            &[Metric::Job, Metric::FormTogether],
+            Some(JOB_TARGET),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let extra = serde_json::json!({
+        "plan": {"backend": format!("{:?}", plan.backend), "sizes": plan.sizes,
+                 "job_reps": plan.job_reps, "sequential": plan.sequential, "grow": plan.grow},
+        "profiles": profiles,
+    });
+    report::write(&common.out, name, &title, &stamp, &runs, extra, panels)?;
+    for (r, row) in report::rows(&runs)
+        .iter()
+        .filter(|row| row.metric == Metric::Job && matches!(row.nodes, 32 | 128))
+        .flat_map(|row| {
+            runs.iter()
+                .zip(&row.runtimes)
+                .map(move |(r, v)| (r, (row, v)))
+        })
+    {
+        let (row, v) = row;
+        if let Some(v) = v {
+            let x = v.median / row.floor.median.max(1e-9);
+            let verdict = if x <= JOB_TARGET { "met" } else { "MISSED" };
+            println!(
+                "target ({}, {} nodes): job within {JOB_TARGET}x of the floor: {x:.2}x, {verdict}",
+                r.name, row.nodes
+            );
+        }
+    }
+    Ok(())
+}
+
+fn run_peers(profile: &Path, common: &Common) -> Result<(), String> {
+    backend_kind("netns")?;
+    let version = peers::version()?;
+    let rt = Runtime::load(profile)?;
+    let stamp = Stamp::now();
+    let mut ours = Runs {
+        name: rt.name.clone(),
+        reps: Vec::new(),
+    };
+    let mut theirs = Runs {
+        name: version.clone(),
+        reps: Vec::new(),
+    };
+    for rep in 0..common.reps.max(1) {
+        let mut a = Measured::default();
+        let mut b = Measured::default();
+        for &n in &common.sizes {
+            say(&format!("repetition {} of {}", rep + 1, common.reps.max(1)));
+            let (x, y) = peers::one(&rt, n, rep % 2 == 0, &mut |s| say(s))?;
+            a.samples.extend(x.samples);
+            b.samples.extend(y.samples);
+        }
+        ours.reps.push(a);
+        theirs.reps.push(b);
+    }
+    let runs = [ours, theirs];
+    let panels: Vec<_> = [
+        report::panel(&runs, Metric::OneShot),
+        report::ratio_panel(&runs, &[Metric::OneShot], None),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let title = format!(
+        "{} vs {version}: start the daemons, run one /bin/true per node (netns hosts, tree spawn, radix 64)",
+        rt.name
+    );
+    report::write(
+        &common.out,
+        "peers",
+        &title,
+        &stamp,
+        &runs,
+        serde_json::json!({"sizes": common.sizes}),
+        panels,
+    )?;
+    Ok(())
+}
+
+const BEGIN: &str = "<!-- bench:begin (dvmlab-bench readme writes this part) -->";
+const END: &str = "<!-- bench:end -->";
+
+/// The runs whose Markdown the README shows, in its order, and what each is.
+const SECTIONS: [(&str, &str); 4] = [
+    ("bench", "`make bench`: dvmlab through its profile"),
+    ("compare", "`make bench-compare`: runtimes side by side"),
+    ("peers", "`make bench-peers`: Open MPI in the same run"),
+    ("scale", "`make bench-scale`: formation at scale"),
+];
+
+fn rebuild_readme(dir: &Path, readme: &Path, docs: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(readme).map_err(|e| format!("{}: {e}", readme.display()))?;
+    let (Some(b), Some(e)) = (text.find(BEGIN), text.find(END)) else {
+        return Err(format!(
+            "{}: no section between `{BEGIN}` and `{END}` to rebuild",
+            readme.display()
+        ));
+    };
+    std::fs::create_dir_all(docs).map_err(|e| format!("{}: {e}", docs.display()))?;
+    let mut section = String::new();
+    for (name, what) in SECTIONS {
+        let md = dir.join(format!("{name}.md"));
+        let Ok(body) = std::fs::read_to_string(&md) else {
+            continue;
+        };
+        for ext in ["json", "svg"] {
+            let from = dir.join(format!("{name}.{ext}"));
+            if from.exists() {
+                let to = docs.join(format!("{name}.{ext}"));
+                std::fs::copy(&from, &to)
+                    .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+            }
+        }
+        section.push_str(&format!("\n#### {what}\n\n"));
+        // The run's own title line stands as a paragraph under the README's heading.
+        section.push_str(&body);
+        if docs.join(format!("{name}.svg")).exists() {
+            section.push_str(&format!("\n![{name}]({}/{name}.svg)\n", docs.display()));
+        }
+    }
+    if section.is_empty() {
+        return Err(format!(
+            "{}: no run's Markdown there (run make bench, bench-compare, bench-peers or bench-scale first)",
+            dir.display()
+        ));
+    }
+    let new = format!("{}{BEGIN}\n{section}\n{}", &text[..b], &text[e..]);
+    std::fs::write(readme, new).map_err(|e| format!("{}: {e}", readme.display()))?;
+    println!("rebuilt the performance section of {}", readme.display());
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! What a bench run prints and writes: for every figure, the median over the repetitions and
+//! its spread, beside the floor from the same run and every other runtime measured in it,
+//! with the ratios — as a Markdown table (printed, and kept for the README), JSON stamped
+//! with the machine and the moment, and an SVG chart.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use crate::driver::{Measured, Memory, Metric};
+use crate::plot::{self, Panel, Series};
+use crate::stamp::Stamp;
+use crate::stats::{median, range, ratio};
+
+/// Every repetition one runtime went through, under its name.
+pub struct Runs {
+    pub name: String,
+    pub reps: Vec<Measured>,
+}
+
+/// A figure's repetitions, summarized.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub count: usize,
+    /// Timed by the bench's status reads rather than the runtime's own formation time.
+    pub polled: bool,
+}
+
+impl Summary {
+    fn of(v: &[f64], polled: bool) -> Option<Summary> {
+        if v.is_empty() {
+            return None;
+        }
+        let (min, max) = range(v);
+        Some(Summary {
+            median: median(v),
+            min,
+            max,
+            count: v.len(),
+            polled,
+        })
+    }
+
+    fn cell(&self) -> String {
+        let mark = if self.polled { "†" } else { "" };
+        if self.count > 1 {
+            format!("{:.1}{mark} ({:.1}–{:.1})", self.median, self.min, self.max)
+        } else {
+            format!("{:.1}{mark}", self.median)
+        }
+    }
+}
+
+/// One line of the table: a figure at one size, for the floor and every runtime.
+pub struct Row {
+    pub metric: Metric,
+    pub nodes: usize,
+    pub floor: Summary,
+    /// In the order of the runs.
+    pub runtimes: Vec<Option<Summary>>,
+}
+
+/// The rows of `runs`, in metric then size order.
+pub fn rows(runs: &[Runs]) -> Vec<Row> {
+    type Key = (Metric, usize);
+    let mut values: BTreeMap<Key, Vec<(Vec<f64>, bool)>> = BTreeMap::new();
+    let mut floors: BTreeMap<Key, Vec<f64>> = BTreeMap::new();
+    for (i, r) in runs.iter().enumerate() {
+        for s in r.reps.iter().flat_map(|m| &m.samples) {
+            let key = (s.metric, s.nodes);
+            let v = values
+                .entry(key)
+                .or_insert_with(|| vec![(Vec::new(), false); runs.len()]);
+            v[i].0.push(s.value);
+            v[i].1 |= s.polled;
+            if s.floor.is_finite() {
+                floors.entry(key).or_default().push(s.floor);
+            }
+        }
+    }
+    values
+        .into_iter()
+        .filter_map(|(key, per)| {
+            Some(Row {
+                metric: key.0,
+                nodes: key.1,
+                floor: Summary::of(floors.get(&key)?, false)?,
+                runtimes: per.iter().map(|(v, p)| Summary::of(v, *p)).collect(),
+            })
+        })
+        .collect()
+}
+
+fn x(r: Option<f64>) -> String {
+    r.map_or("–".into(), |r| format!("{r:.2}×"))
+}
+
+/// The Markdown table of `rows`: per runtime its median (spread) and its ratio to the floor;
+/// with several runtimes, each one's ratio to the first.
+pub fn markdown(runs: &[Runs], rows: &[Row]) -> String {
+    let mut s = String::new();
+    let mut head = "| measure | nodes | floor ms |".to_string();
+    let mut rule = "|---|---:|---:|".to_string();
+    for (i, r) in runs.iter().enumerate() {
+        let _ = write!(head, " {} | ÷ floor |", r.name);
+        rule.push_str("---:|---:|");
+        if i > 0 {
+            let _ = write!(head, " ÷ {} |", runs[0].name);
+            rule.push_str("---:|");
+        }
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for row in rows {
+        let _ = write!(
+            s,
+            "| {} ({}) | {} | {} |",
+            row.metric.title(),
+            row.metric.unit(),
+            row.nodes,
+            row.floor.cell()
+        );
+        let first = row.runtimes.first().copied().flatten();
+        for (i, v) in row.runtimes.iter().enumerate() {
+            match v {
+                Some(v) => {
+                    let _ = write!(
+                        s,
+                        " {} | {} |",
+                        v.cell(),
+                        x(ratio(v.median, row.floor.median))
+                    );
+                }
+                None => s.push_str(" – | – |"),
+            }
+            if i > 0 {
+                let r = v.zip(first).and_then(|(v, f)| ratio(v.median, f.median));
+                let _ = write!(s, " {} |", x(r));
+            }
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The Markdown table of the daemons' memory, per runtime and size (medians).
+pub fn memory_markdown(runs: &[Runs]) -> String {
+    let mut s = String::from(
+        "| runtime | nodes | controller peak RSS MiB | daemon peak RSS MiB, mean | max |\n|---|---:|---:|---:|---:|\n",
+    );
+    for r in runs {
+        let mut by: BTreeMap<usize, Vec<&Memory>> = BTreeMap::new();
+        for m in r.reps.iter().flat_map(|m| &m.memory) {
+            by.entry(m.nodes).or_default().push(m);
+        }
+        for (n, ms) in by {
+            let med = |f: fn(&Memory) -> f64| median(&ms.iter().map(|m| f(m)).collect::<Vec<_>>());
+            let _ = writeln!(
+                s,
+                "| {} | {n} | {:.1} | {:.1} | {:.1} |",
+                r.name,
+                med(|m| m.controller_mib),
+                med(|m| m.daemon_mean_mib),
+                med(|m| m.daemon_max_mib)
+            );
+        }
+    }
+    s
+}
+
+/// What the floors are, and the marks, under a table.
+pub fn legend(rows: &[Row]) -> String {
+    let mut s = String::new();
+    // Metrics sharing one floor are named together.
+    let mut floors: Vec<(&str, Vec<&str>)> = Vec::new();
+    for r in rows {
+        let (f, t) = (r.metric.floor(), r.metric.title());
+        match floors.iter_mut().find(|(g, _)| *g == f) {
+            Some((_, ts)) if !ts.contains(&t) => ts.push(t),
+            Some(_) => {}
+            None => floors.push((f, vec![t])),
+        }
+    }
+    for (f, ts) in floors {
+        let _ = writeln!(s, "- floor of *{}*: {f}.", ts.join("*, *"));
+    }
+    if rows
+        .iter()
+        .any(|r| r.runtimes.iter().flatten().any(|v| v.polled))
+    {
+        let _ = writeln!(
+            s,
+            "- † timed by the bench's own status reads (every {} ms): that runtime's status does not report `formed_at_unix_ms`.",
+            crate::driver::POLL.as_millis()
+        );
+    }
+    s.push_str("- Medians over the repetitions, (min–max) beside them.\n");
+    s
+}
+
+/// Writes `dir/NAME.md` (heading, tables, legend), `dir/NAME.json` and, when `panels` has
+/// any, `dir/NAME.svg`; prints the Markdown. The paths written.
+pub fn write(
+    dir: &Path,
+    name: &str,
+    title: &str,
+    stamp: &Stamp,
+    runs: &[Runs],
+    extra: serde_json::Value,
+    panels: Vec<Panel>,
+) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let rows = rows(runs);
+    let mut md = format!("{title}\n\nMeasured {}.\n\n", stamp.line());
+    md.push_str(&markdown(runs, &rows));
+    md.push('\n');
+    md.push_str(&legend(&rows));
+    if runs
+        .iter()
+        .any(|r| r.reps.iter().any(|m| !m.memory.is_empty()))
+    {
+        md.push('\n');
+        md.push_str(&memory_markdown(runs));
+    }
+    for r in runs {
+        for why in r
+            .reps
+            .first()
+            .map(|m| m.skipped.clone())
+            .unwrap_or_default()
+        {
+            let _ = writeln!(md, "\n{why}");
+        }
+    }
+    println!("\n{md}");
+    let doc = json!({
+        "title": title,
+        "stamp": stamp,
+        "runtimes": runs.iter().map(|r| json!({"name": r.name, "reps": r.reps})).collect::<Vec<_>>(),
+        "extra": extra,
+    });
+    let mut written = Vec::new();
+    let md_path = dir.join(format!("{name}.md"));
+    std::fs::write(&md_path, &md).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    written.push(md_path);
+    let json_path = dir.join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    std::fs::write(&json_path, text).map_err(|e| format!("{}: {e}", json_path.display()))?;
+    written.push(json_path);
+    if !panels.is_empty() {
+        let svg = dir.join(format!("{name}.svg"));
+        plot::chart(&svg, title, &stamp.line(), &panels)?;
+        written.push(svg);
+    }
+    for p in &written {
+        println!("written: {}", p.display());
+    }
+    Ok(written)
+}
+
+/// A panel of `metric` against size: every runtime's median and the floor.
+pub fn panel(runs: &[Runs], metric: Metric) -> Option<Panel> {
+    let rows: Vec<Row> = rows(runs)
+        .into_iter()
+        .filter(|r| r.metric == metric)
+        .collect();
+    if rows.len() < 2 {
+        return None;
+    }
+    let mut series: Vec<Series> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Series {
+            name: r.name.clone(),
+            points: rows
+                .iter()
+                .filter_map(|row| Some((row.nodes as f64, row.runtimes[i]?.median)))
+                .collect(),
+            reference: false,
+        })
+        .collect();
+    series.push(Series {
+        name: "machine floor".into(),
+        points: rows
+            .iter()
+            .map(|r| (r.nodes as f64, r.floor.median))
+            .collect(),
+        reference: true,
+    });
+    Some(Panel {
+        title: metric.title().to_string(),
+        unit: metric.unit().to_string(),
+        series,
+    })
+}
+
+/// A panel of every runtime's ratio to the floor for `metrics`, against size, with the
+/// `target` ratio as a reference line.
+pub fn ratio_panel(runs: &[Runs], metrics: &[Metric], target: Option<f64>) -> Option<Panel> {
+    let all = rows(runs);
+    let mut series = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        for &m in metrics {
+            let points: Vec<(f64, f64)> = all
+                .iter()
+                .filter(|row| row.metric == m)
+                .filter_map(|row| {
+                    Some((
+                        row.nodes as f64,
+                        ratio(row.runtimes[i]?.median, row.floor.median)?,
+                    ))
+                })
+                .collect();
+            if points.len() >= 2 {
+                series.push(Series {
+                    name: format!("{}: {}", r.name, short(m)),
+                    points,
+                    reference: false,
+                });
+            }
+        }
+    }
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s: &Series| s.points.iter().map(|p| p.0))
+        .collect();
+    if let (Some(t), Some(lo), Some(hi)) = (
+        target,
+        xs.iter().copied().reduce(f64::min),
+        xs.iter().copied().reduce(f64::max),
+    ) {
+        series.push(Series {
+            name: format!("target {t}×"),
+            points: vec![(lo, t), (hi, t)],
+            reference: true,
+        });
+    }
+    (!series.is_empty()).then(|| Panel {
+        title: "ratio to the machine floor".into(),
+        unit: "× floor".into(),
+        series,
+    })
+}
+
+fn short(m: Metric) -> &'static str {
+    match m {
+        Metric::FormTogether => "formation",
+        Metric::FormControllerLast => "formation, ctl last",
+        Metric::Job => "job",
+        Metric::Sequential => "sequential",
+        Metric::Grow => "grow",
+        Metric::Shrink => "shrink",
+        Metric::OneShot => "one-shot",
+    }
+}
