@@ -259,7 +259,7 @@ fn run_peers(profile: &Path, common: &Common) -> Result<(), String> {
     .flatten()
     .collect();
     let title = format!(
-        "{} vs {version}: start the daemons, run one /bin/true per node (netns hosts, tree spawn, radix 64)",
+        "{} vs {version}: start the daemons, run one /bin/true per node (netns hosts, radix 64, mpirun launching every orted)",
         rt.name
     );
     report::write(

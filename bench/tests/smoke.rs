@@ -1,0 +1,163 @@
+//! The bench programs end to end at the smallest sizes, so that `make bench`, `make
+//! bench-compare` and `make bench-peers` cannot rot between the (long, manual) bench runs:
+//! every figure is produced, with its floor and ratio, through the profile only. These
+//! check that the benches measure, not how fast anything is (that is the benches' job).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dvmlab_harness::{netns_available, skip};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_dvmlab-bench");
+
+fn profile(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../conformance/profiles/{name}.toml"))
+}
+
+fn out_dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dvmlab-bench-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Runs the bench program; its Markdown table `NAME.md` in `out`.
+fn bench(args: &[&str], out: &Path, name: &str) -> String {
+    let o = Command::new(BENCH)
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("running dvmlab-bench");
+    assert!(
+        o.status.success(),
+        "dvmlab-bench {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let md = std::fs::read_to_string(out.join(format!("{name}.md"))).expect("the table");
+    let json = std::fs::read_to_string(out.join(format!("{name}.json"))).expect("the JSON");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert!(
+        doc["stamp"]["cores"].as_u64().is_some_and(|c| c > 0),
+        "{doc}"
+    );
+    md
+}
+
+/// The table row of `measure` at `nodes`: its cells.
+fn row(md: &str, measure: &str, nodes: usize) -> Vec<String> {
+    md.lines()
+        .find(|l| l.starts_with(&format!("| {measure}")) && l.contains(&format!(" | {nodes} |")))
+        .unwrap_or_else(|| panic!("no row {measure:?} at {nodes} nodes in\n{md}"))
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+fn ratio(cell: &str) -> f64 {
+    cell.trim_end_matches('×')
+        .parse()
+        .unwrap_or_else(|_| panic!("{cell:?} is not a ratio"))
+}
+
+#[test]
+fn two_profiles_compared_give_every_figure_beside_its_floor_and_each_other() {
+    if !netns_available() {
+        return skip(
+            "two_profiles_compared_give_every_figure_beside_its_floor_and_each_other",
+            "needs root and ip (netns hosts)",
+        );
+    }
+    let out = out_dir("compare");
+    let (a, b) = (profile("reference"), profile("human-status-example"));
+    let md = bench(
+        &[
+            "run",
+            "--profile",
+            a.to_str().unwrap(),
+            "--profile",
+            b.to_str().unwrap(),
+            "--sizes",
+            "2,3",
+            "--reps",
+            "1",
+            "--job-reps",
+            "1",
+            "--sequential",
+            "3",
+            "--grow",
+            "1",
+        ],
+        &out,
+        "compare",
+    );
+    for (measure, nodes) in [
+        ("formation, all started together", 2),
+        ("formation, controller last", 3),
+        ("job, one /bin/true per node", 3),
+        ("sequential one-process jobs", 2),
+    ] {
+        // measure, nodes, floor, A, A/floor, B, B/floor, B/A
+        let r = row(&md, measure, nodes);
+        assert_eq!(r.len(), 8, "{measure}: {r:?}");
+        for i in [4, 6, 7] {
+            assert!(ratio(&r[i]) > 0.0, "{measure}: {r:?}");
+        }
+    }
+    // The adapter's profile has no [elastic]: its grow and shrink are left blank, with why.
+    for measure in ["grow (push)", "shrink (push)"] {
+        let r = row(&md, measure, 1);
+        assert!(ratio(&r[4]) > 0.0, "{measure}: {r:?}");
+        assert_eq!(r[5], "–", "{measure}: {r:?}");
+    }
+    assert!(
+        md.contains("grow and shrink not measured: its profile has no [elastic] section"),
+        "{md}"
+    );
+    // The adapter's status has no formation time: its figures say they were polled.
+    assert!(
+        row(&md, "formation, all started together", 2)[5].contains('†'),
+        "{md}"
+    );
+    assert!(out.join("compare.svg").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn open_mpi_runs_beside_dvmlab_on_the_same_hosts() {
+    if !netns_available() {
+        return skip(
+            "open_mpi_runs_beside_dvmlab_on_the_same_hosts",
+            "needs root and ip (netns hosts)",
+        );
+    }
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        return skip(
+            "open_mpi_runs_beside_dvmlab_on_the_same_hosts",
+            "needs Open MPI's mpirun (apt-get install openmpi-bin; .ci/run does)",
+        );
+    }
+    let out = out_dir("peers");
+    let p = profile("reference");
+    let md = bench(
+        &[
+            "peers",
+            "--profile",
+            p.to_str().unwrap(),
+            "--sizes",
+            "3",
+            "--reps",
+            "1",
+        ],
+        &out,
+        "peers",
+    );
+    let r = row(&md, "one-shot", 3);
+    assert_eq!(r.len(), 8, "{r:?}");
+    assert!(md.contains("Open MPI"), "{md}");
+    for i in [4, 6, 7] {
+        assert!(ratio(&r[i]) > 0.0, "{r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
