@@ -253,7 +253,9 @@ pub fn write(
     written.push(json_path);
     if !panels.is_empty() {
         let svg = dir.join(format!("{name}.svg"));
-        plot::chart(&svg, title, &stamp.line(), &panels)?;
+        // A chart has room for the title's first clause only; the table keeps it whole.
+        let short = title.split(':').next().unwrap_or(title);
+        plot::chart(&svg, short, &stamp.line(), &panels)?;
         written.push(svg);
     }
     for p in &written {
