@@ -14,7 +14,7 @@ use conformance::sut::{Ctx, Dvm};
 use dvmlab_harness::{agent, wait_until, BackendKind, PrteConf};
 use serde::Serialize;
 
-use crate::floor::{self, Place};
+use crate::floor;
 use crate::stats::median;
 
 /// What every job of the benches runs.
@@ -372,8 +372,7 @@ fn size_on(
             times.push(timed(dvm, &argv)?);
         }
         let job = median(&times);
-        let job_floor =
-            floor::spawn_ms(&Place::Host(&dvm.cluster, &dvm.ctl), TRUE, n, plan.job_reps)?;
+        let job_floor = floor::spawn_ms(&dvm.cluster, &dvm.ctl, TRUE, n, plan.job_reps)?;
         jobs = Some(sample(Metric::Job, job, job_floor, false));
         if seq > 0 {
             let one = dvm
@@ -386,7 +385,7 @@ fn size_on(
             let per_job = t.elapsed().as_secs_f64() * 1000.0 / seq as f64;
             let t = Instant::now();
             for _ in 0..seq {
-                floor::spawn_ms(&Place::Host(&dvm.cluster, &dvm.ctl), TRUE, 1, 1)?;
+                floor::spawn_ms(&dvm.cluster, &dvm.ctl, TRUE, 1, 1)?;
             }
             let floor_per_job = t.elapsed().as_secs_f64() * 1000.0 / seq as f64;
             m.samples

@@ -122,26 +122,16 @@ fn me() -> Result<String, String> {
         .map_err(|e| format!("this program's path: {e}"))
 }
 
-/// How a floor starts a worker (the calling program, as argv\[0\]): on this machine as it
-/// is, or entering a cluster's host.
-pub enum Place<'a> {
-    Here,
-    Host(&'a Cluster, &'a str),
-}
-
-impl Place<'_> {
-    fn command(&self, program: &str) -> Result<Command, String> {
-        match self {
-            Place::Here => Ok(Command::new(program)),
-            Place::Host(c, h) => c.command(h, &[program.to_string()]),
-        }
-    }
-}
-
 /// The median, in ms, of `reps` runs of: `n` spawns of `program` and their waits, over one
-/// worker process per core started at `place` (counting the workers' own start, as a job
-/// counts its tool's and daemons' work).
-pub fn spawn_ms(place: &Place, program: &str, n: usize, reps: usize) -> Result<f64, String> {
+/// worker process per core started on `host` of `cluster` the way a tool is (counting the
+/// workers' own start, as a job counts its tool's and daemons' work).
+pub fn spawn_ms(
+    cluster: &Cluster,
+    host: &str,
+    program: &str,
+    n: usize,
+    reps: usize,
+) -> Result<f64, String> {
     let me = me()?;
     let workers = cores().min(n.max(1));
     let mut times = Vec::with_capacity(reps);
@@ -151,8 +141,8 @@ pub fn spawn_ms(place: &Place, program: &str, n: usize, reps: usize) -> Result<f
         for w in 0..workers {
             // The first n % workers workers take one more.
             let share = n / workers + usize::from(w < n % workers);
-            let child = place
-                .command(&me)?
+            let child = cluster
+                .command(host, std::slice::from_ref(&me))?
                 .env(WORKER_ENV, format!("spawn {share} {program}"))
                 .spawn()
                 .map_err(|e| format!("starting a floor worker: {e}"))?;

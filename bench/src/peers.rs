@@ -14,7 +14,7 @@ use conformance::sut::Dvm;
 use dvmlab_harness::{agent, BackendKind};
 
 use crate::driver::{self, Measured, Metric, Runtime, Sample};
-use crate::floor::{self, Place};
+use crate::floor;
 
 /// How long one `mpirun` may take before it counts as hung.
 const MPIRUN_LIMIT: Duration = Duration::from_secs(180);
@@ -110,7 +110,7 @@ pub fn one(
             }
         }
         let floor = floor::connect_ms(&dvm.cluster, &dvm.ctl, &hosts)?
-            + floor::spawn_ms(&Place::Host(&dvm.cluster, &dvm.ctl), "/bin/true", n, 1)?;
+            + floor::spawn_ms(&dvm.cluster, &dvm.ctl, "/bin/true", n, 1)?;
         // One floor measurement serves both: only dvmlab's sample carries it, so that the
         // table does not count it twice.
         let m = |value, floor| Measured {

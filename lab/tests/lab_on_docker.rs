@@ -14,13 +14,25 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-#[test]
-fn the_lab_on_docker_forms_runs_jobs_takes_every_fault_and_leaves_nothing_behind() {
+/// Whether `test` can run here (root to enter the containers, and an engine); says loudly
+/// why not.
+fn docker_here(test: &str) -> bool {
     if !netns_available() {
-        return skip("lab_on_docker", "needs root to enter the containers");
+        skip(test, "needs root to enter the containers");
+        return false;
     }
     if !dvmlab_harness::docker::Engine::available() {
-        return skip("lab_on_docker", "no Docker engine here");
+        skip(test, "no Docker engine here");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn the_lab_on_docker_forms_runs_jobs_takes_every_fault_and_leaves_nothing_behind() {
+    if !docker_here("the_lab_on_docker_forms_runs_jobs_takes_every_fault_and_leaves_nothing_behind")
+    {
+        return;
     }
     // `down` removes the directory with the keeper.
     let dir = std::env::temp_dir().join(format!("dvmlab-lab-test-docker-{}", std::process::id()));
@@ -39,11 +51,10 @@ fn the_lab_on_docker_forms_runs_jobs_takes_every_fault_and_leaves_nothing_behind
 
 #[test]
 fn the_elastic_lab_on_docker_grows_onto_spares_parks_jobs_during_a_shrink_and_allocates() {
-    if !netns_available() {
-        return skip("lab_on_docker", "needs root to enter the containers");
-    }
-    if !dvmlab_harness::docker::Engine::available() {
-        return skip("lab_on_docker", "no Docker engine here");
+    if !docker_here(
+        "the_elastic_lab_on_docker_grows_onto_spares_parks_jobs_during_a_shrink_and_allocates",
+    ) {
+        return;
     }
     let dir = std::env::temp_dir().join(format!(
         "dvmlab-lab-test-docker-elastic-{}",

@@ -9,11 +9,13 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use dvmlab_bench::floor;
+use dvmlab_bench::stats::median;
 use dvmlab_harness::{agent, wait_until, BackendKind, Cluster, ClusterSpec, IpMode, PrteConf};
 use serde_json::{json, Value};
-use support::dvm::{median, run, wait_formed, PCTL, PRTED, PRUN};
+use support::dvm::{run, wait_formed, PCTL, PRTED, PRUN};
 
 const PALLOC: &str = env!("CARGO_BIN_EXE_palloc");
 
@@ -81,30 +83,6 @@ fn palloc_ms(cluster: &Cluster, args: &[&str]) -> Result<f64, String> {
     Ok(at.saturating_sub(t0) as f64 / 1000.0)
 }
 
-/// The floor: the launch agent runs `/bin/true` on `hosts`, all at once, from the
-/// controller's host; ms until the last exits.
-fn floor_ms(cluster: &Cluster, agent: &std::path::Path, hosts: &[String]) -> Result<f64, String> {
-    let t = Instant::now();
-    let mut children = Vec::new();
-    for h in hosts {
-        let argv = vec![
-            agent.to_string_lossy().into_owned(),
-            h.clone(),
-            "/bin/true".into(),
-        ];
-        children.push(
-            cluster
-                .command("ctl", &argv)?
-                .spawn()
-                .map_err(|e| e.to_string())?,
-        );
-    }
-    for mut c in children {
-        c.wait().map_err(|e| e.to_string())?;
-    }
-    Ok(t.elapsed().as_secs_f64() * 1000.0)
-}
-
 fn spares(from: usize, n: usize) -> Vec<String> {
     (from..from + n).map(|i| format!("g{i:02}")).collect()
 }
@@ -163,7 +141,7 @@ fn bench(backend: BackendKind, reps: usize) -> Result<(), String> {
     let (mut g8, mut s8, mut f8) = (Vec::new(), Vec::new(), Vec::new());
     let eight = spares(1, 8);
     for _ in 0..reps {
-        f8.push(floor_ms(&cluster, &agent_path, &eight)?);
+        f8.push(floor::agent_ms(&cluster, "ctl", &agent_path, &eight)?);
         g8.push(palloc_ms(&cluster, &["new", "--host", &eight.join(",")])?);
         s8.push(palloc_ms(
             &cluster,
@@ -171,11 +149,11 @@ fn bench(backend: BackendKind, reps: usize) -> Result<(), String> {
         )?);
         // A released host may be grown onto again (under a new rank).
     }
-    let floor8 = median(&mut f8);
-    report("grow +8", median(&mut g8), floor8, Some(300.0));
-    report("shrink -8", median(&mut s8), floor8, None);
+    let floor8 = median(&f8);
+    report("grow +8", median(&g8), floor8, Some(300.0));
+    report("shrink -8", median(&s8), floor8, None);
     let thirty_two = spares(9, 32);
-    let floor32 = floor_ms(&cluster, &agent_path, &thirty_two)?;
+    let floor32 = floor::agent_ms(&cluster, "ctl", &agent_path, &thirty_two)?;
     let g32 = palloc_ms(&cluster, &["new", "--host", &thirty_two.join(",")])?;
     report("grow +32", g32, floor32, Some(1000.0));
     run(&cluster, PCTL, &["stop"])?;
@@ -230,7 +208,7 @@ fn bench(backend: BackendKind, reps: usize) -> Result<(), String> {
         .ok_or("no event")?;
     let at = event["at_us"].as_u64().ok_or("no at_us")?;
     let delay = started_us(&held_out)?.saturating_sub(at) as f64 / 1000.0;
-    let idle_ms = median(&mut idle);
+    let idle_ms = median(&idle);
     println!(
         "{:>10} {delay:>12.1} {idle_ms:>10.1} {:>7.1}   (held job: campaign's event to its process start; floor: an idle DVM's submit to start)",
         "held job",

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use dvmlab_bench::stats::percentile;
 use dvmlab_core::event::client::{EventClient, Output};
 use dvmlab_harness::{wait_until, BackendKind, Cluster};
 use dvmlab_proto::event::{Completion, Directives, Event, HandlerResult, Info, Level};
@@ -37,11 +38,6 @@ type Lines = Vec<(Option<u32>, Value)>;
 type Handler = Box<dyn FnMut(&Event, &[HandlerResult]) -> HandlerResult>;
 const CODE: i32 = -3900;
 const TRIGGER: i32 = -3901;
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
 
 fn event() -> Event {
     Event {
@@ -304,10 +300,10 @@ struct Same {
     p99: f64,
 }
 
-fn same(mut v: Vec<f64>) -> Same {
+fn same(v: Vec<f64>) -> Same {
     Same {
-        p50: percentile(&mut v, 0.5),
-        p99: percentile(&mut v, 0.99),
+        p50: percentile(&v, 50.0),
+        p99: percentile(&v, 99.0),
     }
 }
 
@@ -521,7 +517,7 @@ fn namespace(backend: BackendKind, n: usize, reps: usize) -> Wide {
         listeners_cpu_ms,
         p50: s.p50,
         p99: s.p99,
-        first_p50: percentile(&mut firsts, 0.5),
+        first_p50: percentile(&firsts, 50.0),
         floor_ms,
     }
 }
@@ -550,8 +546,8 @@ fn main() {
     }
 
     let dv = same_node_dvmlab(backend, events);
-    let mut fl = socket_floor(events);
-    let (f50, f99) = (percentile(&mut fl, 0.5), percentile(&mut fl, 0.99));
+    let fl = socket_floor(events);
+    let (f50, f99) = (percentile(&fl, 50.0), percentile(&fl, 99.0));
     println!("Same node, notify to the listener's handler ({events} events, {backend:?} backend)");
     println!(
         "  dvmlab     p50 {:>7.3} ms  p99 {:>7.3} ms",

@@ -8,6 +8,7 @@
 mod support;
 
 use dvmlab_bench::plot::{Panel, Series};
+use dvmlab_bench::stats::median;
 use serde_json::json;
 use support::dvm;
 
@@ -27,7 +28,7 @@ fn measure(
             samples[i].1.push(job);
         }
     }
-    Ok(samples.map(|(mut f, mut j)| (dvm::median(&mut f), dvm::median(&mut j))))
+    Ok(samples.map(|(f, j)| (median(&f), median(&j))))
 }
 
 fn main() {

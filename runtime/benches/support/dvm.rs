@@ -83,12 +83,7 @@ pub fn job_ms(cluster: &Cluster, args: &[&str], reps: usize) -> Result<f64, Stri
         run(cluster, PRUN, args)?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    Ok(median(&mut times))
-}
-
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    Ok(dvmlab_bench::stats::median(&times))
 }
 
 /// Stops the DVM and removes its hosts.
