@@ -355,7 +355,8 @@ pub async fn run(
             .map_err(|d| std::io::Error::other(d.to_string()))?,
     );
     let mut pending = core.handle(now(), Input::Net(overlay::Input::Start));
-    // Inputs the shell itself produces (a link it had to drop), handled before new events.
+    // Inputs the shell itself produces (a link it had to drop, an epilog with nothing to
+    // run), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();
 
     'main: loop {
@@ -403,7 +404,9 @@ pub async fn run(
                 Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
                     runner.barrier_done(id, seq)
                 }
-                Output::Shell(ShellCommand::Epilog { id }) => runner.epilog(id),
+                Output::Shell(ShellCommand::Epilog { id }) => {
+                    inbox.extend(runner.epilog(id).map(Input::Shell));
+                }
                 Output::Shell(ShellCommand::Stdin { id, data, eof }) => runner.stdin(id, data, eof),
                 Output::Persist(live) => {
                     if let Some(f) = &jobs_file {

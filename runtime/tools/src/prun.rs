@@ -106,6 +106,18 @@ fn stdin_is_someone_elses_terminal() -> bool {
         && nix::unistd::tcgetpgrp(&stdin).is_ok_and(|fg| fg != nix::unistd::getpgrp())
 }
 
+/// Whether stdin is /dev/null or closed: there is nothing to forward, so process 0 reads
+/// /dev/null itself and the job goes without a stdin pipe, its forwarding and its round
+/// trips (most jobs a script or a scheduler starts).
+fn stdin_is_empty() -> bool {
+    use nix::sys::stat::{fstat, stat, SFlag};
+    let Ok(st) = fstat(std::io::stdin()) else {
+        return true;
+    };
+    let char_dev = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR;
+    char_dev && stat("/dev/null").is_ok_and(|null| null.st_rdev == st.st_rdev)
+}
+
 /// Reads this process's stdin in a thread of its own, a chunk at a time; an empty chunk is
 /// the end (or a read error, which ends it as well).
 fn read_stdin(tx: tokio::sync::mpsc::Sender<Vec<u8>>) {
@@ -167,6 +179,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
     let timeout = Duration::from_secs_f64(cli.timeout);
     let params = dvmlab_host::conf_file::tool_params(&cli.prtemca, cli.conf.as_deref());
     let mut c = connect_to_dvm(&params, timeout).await.map_err(|e| (3, e))?;
+    let forward_stdin = cli.stdin == StdinTo::Zero && !stdin_is_empty();
     let job = Submit {
         argv: cli.command.clone(),
         env,
@@ -180,7 +193,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
         hosts: cli.host.clone(),
         time_limit_ms,
         userid: nix::unistd::getuid().as_raw(),
-        stdin: cli.stdin == StdinTo::Zero,
+        stdin: forward_stdin,
     };
     c.send(ToolRequest::Submit { job })
         .await
@@ -226,7 +239,7 @@ async fn run(cli: Cli) -> Result<u8, (u8, String)> {
         match reply {
             ToolReply::Submitted { id: i, .. } => {
                 id = Some(i);
-                if cli.stdin == StdinTo::Zero {
+                if forward_stdin {
                     stdin_open = true;
                     read_stdin(stdin_tx.clone());
                 }
