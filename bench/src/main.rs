@@ -75,8 +75,8 @@ enum Cmd {
         #[command(flatten)]
         common: Common,
     },
-    /// Rebuild README.md's performance section from the runs' Markdown in DIR, copying their
-    /// charts and JSON to docs/bench/.
+    /// Rebuild README.md's performance section from the runs' Markdown in DIR, copying it,
+    /// their charts and JSON to docs/bench/; a run not in DIR keeps its copy there.
     Readme {
         #[arg(long, default_value = "target/bench")]
         dir: PathBuf,
@@ -321,11 +321,23 @@ const BEGIN: &str = "<!-- bench:begin (dvmlab-bench readme writes this part) -->
 const END: &str = "<!-- bench:end -->";
 
 /// The runs whose Markdown the README shows, in its order, and what each is.
-const SECTIONS: [(&str, &str); 4] = [
+const SECTIONS: [(&str, &str); 7] = [
     ("bench", "`make bench`: dvmlab through its profile"),
     ("compare", "`make bench-compare`: runtimes side by side"),
     ("peers", "`make bench-peers`: Open MPI in the same run"),
     ("scale", "`make bench-scale`: formation at scale"),
+    (
+        "events",
+        "`make bench`, events (`runtime/benches/events.rs`)",
+    ),
+    (
+        "elastic",
+        "`make bench`, the elastic DVM (`runtime/benches/elastic.rs`)",
+    ),
+    (
+        "key",
+        "`make bench`, the DVM key's cost (`runtime/benches/key.rs`)",
+    ),
 ];
 
 fn rebuild_readme(dir: &Path, readme: &Path, docs: &Path) -> Result<(), String> {
@@ -339,11 +351,15 @@ fn rebuild_readme(dir: &Path, readme: &Path, docs: &Path) -> Result<(), String> 
     std::fs::create_dir_all(docs).map_err(|e| format!("{}: {e}", docs.display()))?;
     let mut section = String::new();
     for (name, what) in SECTIONS {
-        let md = dir.join(format!("{name}.md"));
-        let Ok(body) = std::fs::read_to_string(&md) else {
+        // A run not made this time keeps what it wrote last (its Markdown is kept in docs/
+        // beside its chart and JSON), so one bench can be re-run without the others.
+        let fresh = dir.join(format!("{name}.md"));
+        let kept = docs.join(format!("{name}.md"));
+        let Ok(body) = std::fs::read_to_string(&fresh).or_else(|_| std::fs::read_to_string(&kept))
+        else {
             continue;
         };
-        for ext in ["json", "svg"] {
+        for ext in ["md", "json", "svg"] {
             let from = dir.join(format!("{name}.{ext}"));
             if from.exists() {
                 let to = docs.join(format!("{name}.{ext}"));

@@ -25,6 +25,76 @@ pub struct NetnsWorld {
     switch: String,
     hosts: Vec<String>,
     created: Vec<String>,
+    /// Machine-wide settings this cluster raised: (file, value before, value set), to put
+    /// back.
+    raised: Vec<(&'static str, u64, u64)>,
+}
+
+/// From this many hosts on, the machine's network limits are raised to fit the cluster.
+const RAISE_FROM_HOSTS: usize = 500;
+
+/// The machine-wide limits a big cluster outgrows, each with the value it needs for `hosts`.
+///
+/// - The neighbour (ARP and NDP) tables are shared by every network namespace of the
+///   machine, 1024 entries by default: past about 500 hosts, each knowing its parent and
+///   children, new entries fail ("neighbor table overflow") and hosts cannot reach each other.
+/// - The per-CPU queue of received packets: a broadcast on a bridge (every ARP request) puts
+///   one packet per port on it at once, and what does not fit is dropped.
+fn limits_for(hosts: usize) -> Vec<(&'static str, u64)> {
+    let n = hosts as u64;
+    // Raised from the top down, thresh1 <= thresh2 <= thresh3 holds at every step.
+    vec![
+        ("/proc/sys/net/ipv4/neigh/default/gc_thresh3", 16 * n),
+        ("/proc/sys/net/ipv4/neigh/default/gc_thresh2", 8 * n),
+        ("/proc/sys/net/ipv4/neigh/default/gc_thresh1", 2 * n),
+        ("/proc/sys/net/ipv6/neigh/default/gc_thresh3", 16 * n),
+        ("/proc/sys/net/ipv6/neigh/default/gc_thresh2", 8 * n),
+        ("/proc/sys/net/ipv6/neigh/default/gc_thresh1", 2 * n),
+        (
+            "/proc/sys/net/core/netdev_max_backlog",
+            4 * (n + hosts.div_ceil(PORTS_PER_BRIDGE) as u64),
+        ),
+    ]
+}
+
+/// Raises the machine's network limits to fit a cluster of `hosts` (never lowers one); what
+/// it changed. Machine-wide settings, so each change is said and put back by
+/// [`NetnsWorld::destroy`].
+fn raise_limits(hosts: usize) -> Vec<(&'static str, u64, u64)> {
+    let mut raised = Vec::new();
+    if hosts < RAISE_FROM_HOSTS {
+        return raised;
+    }
+    for (file, want) in limits_for(hosts) {
+        let Some(now) = read_u64(file) else { continue };
+        if now >= want {
+            continue;
+        }
+        match std::fs::write(file, want.to_string()) {
+            Ok(()) => {
+                eprintln!("harness: {file} {now} -> {want} for {hosts} hosts; put back at teardown");
+                raised.push((file, now, want));
+            }
+            Err(e) => eprintln!(
+                "harness: cannot raise {file} ({now}) to {want} for {hosts} hosts: {e}; some hosts may not reach others"
+            ),
+        }
+    }
+    raised
+}
+
+fn read_u64(file: &str) -> Option<u64> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// Puts back what [`raise_limits`] changed, last change first (so the thresholds stay in
+/// order), where the value is still this cluster's (another may have changed it since).
+fn restore_limits(raised: &mut Vec<(&'static str, u64, u64)>) {
+    while let Some((file, before, set)) = raised.pop() {
+        if read_u64(file) == Some(set) {
+            let _ = std::fs::write(file, before.to_string());
+        }
+    }
 }
 
 /// Runs `ip -b -` (optionally inside namespace `ns`) with `lines` as the batch.
@@ -96,6 +166,7 @@ impl NetnsWorld {
             switch: format!("{run}-sw"),
             hosts: (0..hosts.len()).map(|i| format!("{run}-h{i}")).collect(),
             created: Vec::new(),
+            raised: raise_limits(hosts.len()),
         };
         match w.build(hosts, no_ipv6) {
             Ok(()) => Ok(w),
@@ -266,6 +337,7 @@ impl NetnsWorld {
         for ns in self.created.drain(..) {
             crate::gc::delete_namespace(&ns);
         }
+        restore_limits(&mut self.raised);
     }
 }
 

@@ -47,12 +47,41 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// A bench's figures as the README shows them: a caption over a table, every cell written
+/// from the measured values (`make bench-readme` copies it into the README as it is).
+pub struct Table {
+    pub caption: String,
+    pub header: Vec<&'static str>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn markdown(&self) -> String {
+        let line = |cells: Vec<&str>| format!("| {} |\n", cells.join(" | "));
+        let mut md = format!("{}\n\n", self.caption);
+        md.push_str(&line(self.header.clone()));
+        // The first column names the row; the figures are right-aligned.
+        let mut rule = vec!["---"];
+        rule.extend(std::iter::repeat_n(
+            "---:",
+            self.header.len().saturating_sub(1),
+        ));
+        md.push_str(&line(rule));
+        for r in &self.rows {
+            md.push_str(&line(r.iter().map(String::as_str).collect()));
+        }
+        md
+    }
+}
+
 /// Prints the targets and any missed, then writes `target/bench/<name>.json`, stamped with
-/// the machine and the moment, and, for a bench with a chart, `<name>.svg`.
+/// the machine and the moment, `<name>.md` (the tables, the stamp, the targets and which
+/// were missed) and, for a bench with a chart, `<name>.svg`.
 pub fn report(
     targets: &str,
     misses: &[String],
     name: &str,
+    tables: &[Table],
     chart: Option<(&str, Vec<dvmlab_bench::plot::Panel>)>,
     doc: &serde_json::Value,
 ) {
@@ -72,6 +101,25 @@ pub fn report(
             Ok(()) => println!("written: {}", path.display()),
             Err(e) => eprintln!("{e}"),
         }
+    }
+    let mut md = String::new();
+    for t in tables {
+        md.push_str(&t.markdown());
+        md.push('\n');
+    }
+    md.push_str(&format!(
+        "Measured {}.\n\nTargets: {targets}: ",
+        stamp.line()
+    ));
+    if misses.is_empty() {
+        md.push_str("all met.\n");
+    } else {
+        md.push_str(&format!("**MISSED**: {}.\n", misses.join("; ")));
+    }
+    let path = dir.join(format!("{name}.md"));
+    match std::fs::write(&path, md) {
+        Ok(()) => println!("written: {}", path.display()),
+        Err(e) => eprintln!("cannot write {}: {e}", path.display()),
     }
     let doc = serde_json::json!({"stamp": stamp, "results": doc});
     let path = dir.join(format!("{name}.json"));
