@@ -116,6 +116,13 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// This program, to be started on `host` of `cluster` as a worker doing `task`.
+fn worker(cluster: &Cluster, host: &str, task: &str) -> Result<Command, String> {
+    let mut cmd = cluster.command(host, &[me()?])?;
+    cmd.env(WORKER_ENV, task);
+    Ok(cmd)
+}
+
 fn me() -> Result<String, String> {
     std::env::current_exe()
         .map(|p| p.display().to_string())
@@ -132,7 +139,6 @@ pub fn spawn_ms(
     n: usize,
     reps: usize,
 ) -> Result<f64, String> {
-    let me = me()?;
     let workers = cores().min(n.max(1));
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
@@ -141,9 +147,7 @@ pub fn spawn_ms(
         for w in 0..workers {
             // The first n % workers workers take one more.
             let share = n / workers + usize::from(w < n % workers);
-            let child = cluster
-                .command(host, std::slice::from_ref(&me))?
-                .env(WORKER_ENV, format!("spawn {share} {program}"))
+            let child = worker(cluster, host, &format!("spawn {share} {program}"))?
                 .spawn()
                 .map_err(|e| format!("starting a floor worker: {e}"))?;
             children.push(child);
@@ -163,18 +167,19 @@ pub fn spawn_ms(
 /// `controller` has accepted one TCP connection from a process started on each of `hosts`
 /// (started the way the harness starts daemons, entering each host), in ms.
 pub fn connect_ms(cluster: &Cluster, controller: &str, hosts: &[String]) -> Result<f64, String> {
-    let me = me()?;
     let ip = cluster
         .host(controller)?
         .v4
         .ok_or_else(|| format!("{controller} has no IPv4 address"))?;
     let addr = SocketAddr::new(ip, FLOOR_PORT);
-    let mut listener = cluster
-        .command(controller, std::slice::from_ref(&me))?
-        .env(WORKER_ENV, format!("listen {addr} {}", hosts.len()))
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("starting the floor's listener: {e}"))?;
+    let mut listener = worker(
+        cluster,
+        controller,
+        &format!("listen {addr} {}", hosts.len()),
+    )?
+    .stdout(Stdio::piped())
+    .spawn()
+    .map_err(|e| format!("starting the floor's listener: {e}"))?;
     let mut ready = String::new();
     if let Some(out) = listener.stdout.take() {
         let _ = BufReader::new(out).read_line(&mut ready);
@@ -189,9 +194,7 @@ pub fn connect_ms(cluster: &Cluster, controller: &str, hosts: &[String]) -> Resu
     let t = Instant::now();
     let mut connectors = Vec::with_capacity(hosts.len());
     for h in hosts {
-        let c = cluster
-            .command(h, std::slice::from_ref(&me))?
-            .env(WORKER_ENV, format!("connect {addr}"))
+        let c = worker(cluster, h, &format!("connect {addr}"))?
             .spawn()
             .map_err(|e| format!("starting a floor connector on {h}: {e}"))?;
         connectors.push(c);

@@ -346,3 +346,33 @@ impl Drop for NetnsWorld {
         self.destroy();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raised_limits_keep_each_neighbour_table_in_order_at_every_step_and_fit_the_cluster() {
+        let limits = limits_for(2049);
+        for ip in ["ipv4", "ipv6"] {
+            let t: Vec<(&str, u64)> = limits
+                .iter()
+                .filter(|(f, _)| f.contains(&format!("/{ip}/")))
+                .copied()
+                .collect();
+            let names: Vec<&str> = t.iter().map(|(f, _)| &f[f.len() - 10..]).collect();
+            // Raised top down (and put back in reverse), so thresh1 <= thresh2 <= thresh3 holds
+            // between any two writes.
+            assert_eq!(names, ["gc_thresh3", "gc_thresh2", "gc_thresh1"], "{ip}");
+            assert!(t[0].1 >= t[1].1 && t[1].1 >= t[2].1, "{ip}: {t:?}");
+            // Every host knows at least its parent and itself in its parent's table.
+            assert!(t[0].1 >= 2 * 2049, "{ip}: {t:?}");
+        }
+        let backlog = limits
+            .iter()
+            .find(|(f, _)| f.ends_with("netdev_max_backlog"));
+        // One ARP broadcast puts a packet per port (hosts and bridge uplinks) on the queue.
+        assert!(backlog.is_some_and(|(_, v)| *v >= 2049 + 3), "{backlog:?}");
+        assert!(raise_limits(RAISE_FROM_HOSTS - 1).is_empty());
+    }
+}
