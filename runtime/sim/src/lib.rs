@@ -16,7 +16,7 @@ use std::time::Duration;
 use dvmlab_core::daemon_core::{DaemonCore, Input as CoreInput, Now, Output, Timer};
 use dvmlab_core::exec::{Input as ShellInput, JobId, ShellCommand};
 use dvmlab_core::identity::{Identity, Role};
-use dvmlab_core::overlay::{Input, Io, LinkId, NodeConfig};
+use dvmlab_core::overlay::{Input, Io, LinkId, NodeConfig, Note};
 use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::{RadixTree, Rank};
 use dvmlab_core::uplink::Policy;
@@ -69,6 +69,20 @@ pub enum Ev {
         life: u64,
         input: ShellInput,
     },
+    /// A timer set by incarnation `life` of `rank` (dropped if that daemon has died since:
+    /// a restarted daemon is a new process, with only the timers it sets itself).
+    Timer {
+        rank: Rank,
+        life: u64,
+        timer: dvmlab_core::overlay::Timer,
+    },
+    /// The daemon gets no CPU for `ms` (a loaded machine, a paused VM): nothing reaches its
+    /// core meanwhile. When it runs again its timers come first and what its peers sent
+    /// waits behind them, the worst order a starved event loop can take.
+    Stall {
+        rank: Rank,
+        ms: u64,
+    },
 }
 
 /// A job as the tool that submitted it saw it.
@@ -118,6 +132,10 @@ pub struct Sim {
     pub violation: Option<String>,
     /// The largest frame any daemon sent, when measured (it costs an encoding per send).
     pub largest_frame: Option<usize>,
+    /// Per rank: the end of its stall (see [`Ev::Stall`]).
+    pub stalled_until: Vec<u64>,
+    /// Every link a daemon found silent and dropped: (time, the daemon, the rank it lost).
+    pub dead_links: Vec<(u64, Rank, Rank)>,
 }
 
 impl Sim {
@@ -173,6 +191,8 @@ impl Sim {
             running: BTreeMap::new(),
             violation: None,
             largest_frame: None,
+            stalled_until: vec![0; n as usize],
+            dead_links: Vec::new(),
         }
     }
 
@@ -396,7 +416,15 @@ impl Sim {
                 delay,
             } => {
                 let t = self.now + delay.as_millis() as u64;
-                self.at(t, Ev::Input(r, Input::Timer(timer)));
+                let life = self.life[r as usize];
+                self.at(
+                    t,
+                    Ev::Timer {
+                        rank: r,
+                        life,
+                        timer,
+                    },
+                );
             }
             Output::SetTimer {
                 timer: Timer::JobLimit(_) | Timer::Campaign(_),
@@ -450,6 +478,9 @@ impl Sim {
                 }
             }
             Output::Net(Io::Note(note)) => {
+                if let Note::LinkDead { rank } = &note {
+                    self.dead_links.push((self.now, r, *rank));
+                }
                 if std::env::var("DVMLAB_SIM_TRACE").is_ok_and(|t| t == "all" || t == r.to_string())
                 {
                     eprintln!("{:>6} ms r{r}: {note:?}", self.now);
@@ -469,6 +500,25 @@ impl Sim {
                 }
             }
         }
+    }
+
+    /// Puts event `idx` back to when its daemon runs again, if that daemon is stalled:
+    /// timers at the end of the stall, everything else just after (in the order it came).
+    fn defer_if_stalled(&mut self, idx: usize) -> bool {
+        let (rank, timer) = match &self.events[idx] {
+            Ev::Timer { rank, .. } => (*rank, true),
+            Ev::Input(r, _) => (*r, false),
+            Ev::Shell { rank, .. } => (*rank, false),
+            _ => return false,
+        };
+        let until = self.stalled_until[rank as usize];
+        if self.now >= until {
+            return false;
+        }
+        let t = if timer { until } else { until + 1 };
+        self.seq += 1;
+        self.queue.push(Reverse((t, self.seq, idx)));
+        true
     }
 
     fn close(&mut self, link: LinkId) {
@@ -497,6 +547,9 @@ impl Sim {
             }
             self.queue.pop();
             self.now = t;
+            if self.defer_if_stalled(idx) {
+                continue;
+            }
             match self.events[idx].clone() {
                 Ev::Boot(r) => {
                     // A daemon booted over a live one replaces it: its tools lose their
@@ -557,6 +610,15 @@ impl Sim {
                     }
                 }
                 Ev::Input(r, input) => self.feed(r, input),
+                Ev::Timer { rank, life, timer } => {
+                    if self.life[rank as usize] == life {
+                        self.feed(rank, Input::Timer(timer));
+                    }
+                }
+                Ev::Stall { rank, ms } => {
+                    let until = &mut self.stalled_until[rank as usize];
+                    *until = (*until).max(self.now + ms);
+                }
                 Ev::Crash { rank, fin } => {
                     if !self.alive[rank as usize] {
                         continue;

@@ -526,3 +526,78 @@ fn jobs_end_when_a_daemon_that_came_back_is_restarted_over_itself() {
     )
     .unwrap();
 }
+
+/// Found at 2048 netns hosts on 2 cores (load 266): the controller, starved of CPU, ran its
+/// heartbeat timer before frames its children had sent in time, and dropped a live link as
+/// silent. Each stall here is shorter than three heartbeats and starts just after the
+/// stalled daemon's own heartbeat, so its peers rightly keep it; but when it runs again its
+/// overdue timer sees more than three heartbeats since it last heard anything. Only the
+/// heartbeat intervals a daemon lived through may count against its peers.
+#[test]
+fn a_starved_daemon_does_not_drop_live_links_whose_frames_wait_behind_its_timer() {
+    let n = 15;
+    let mut sim = Sim::new(n, 2, Some(1000), vec![1, 2, 1, 3]);
+    // The controller beats at whole seconds, the others half a second later.
+    sim.at(0, Ev::Boot(0));
+    for r in 1..n {
+        sim.at(500, Ev::Boot(r));
+    }
+    sim.run_until(5_000);
+    assert!(
+        sim.nodes[&0].node().formed(),
+        "{:?}",
+        sim.nodes[&0].status()
+    );
+    // The controller, an interior daemon and a leaf each lose the CPU for 2.8-2.9 s.
+    sim.at(6_001, Ev::Stall { rank: 0, ms: 2_800 });
+    sim.at(12_501, Ev::Stall { rank: 1, ms: 2_800 });
+    sim.at(20_501, Ev::Stall { rank: 9, ms: 2_900 });
+    let mut t = 5_000;
+    while t < 30_000 {
+        t += 50;
+        sim.run_until(t);
+        assert!(sim.violation.is_none(), "{:?}", sim.violation);
+        let s = sim.nodes[&0].status();
+        assert!(s.formed, "at {t} ms the DVM fell apart: {s:?}");
+    }
+    assert!(
+        sim.dead_links.is_empty(),
+        "live links dropped (time, by, lost): {:?}",
+        sim.dead_links
+    );
+}
+
+/// Found when silence became counted in beats: the simulator fed a restarted daemon the
+/// heartbeat timers of its previous life too, so it beat twice a second and dropped its
+/// parent whenever a latency spike held one heartbeat back. A restarted daemon is a new
+/// process: it has only the timers it sets itself.
+#[test]
+fn a_daemon_restarted_after_a_silent_crash_beats_only_on_its_own_timers() {
+    let boots = vec![
+        1038, 2866, 2366, 329, 1996, 365, 96, 658, 0, 581, 1038, 896, 2205, 996, 971, 264, 268,
+        808, 2089, 2314, 114, 1246, 305, 828, 1701, 1205, 1733, 2616, 2460, 46, 2055, 842, 238,
+        2852, 157, 2283, 2162, 199, 728, 207, 1408, 1788, 2736, 1226, 1423, 1214, 1950, 1296, 1202,
+        951, 370, 1956, 2504, 693, 1016, 92, 1739, 272, 2767, 1801,
+    ];
+    let mut latency = vec![7, 2, 1, 0, 5, 5, 0, 1, 0, 1, 6, 1, 4, 6, 2, 6];
+    latency[6] = 724;
+    latency[10] = 655;
+    scenario_with_relays(
+        38,
+        4,
+        boots,
+        latency,
+        Some(44),
+        vec![(2196, 11, true, 3184), (3390, 26, false, 49)],
+        vec![],
+        vec![
+            (5062, None, 2079),
+            (6231, None, 2192),
+            (881, None, 88),
+            (861, None, 2262),
+            (16769, None, 1717),
+        ],
+        vec![0],
+    )
+    .unwrap();
+}

@@ -25,7 +25,7 @@ impl Node {
         // so epochs of different daemons compare as the times they (re)connected.
         let at = self.cfg.incarnation.saturating_add(now.as_micros() as u64);
         self.epoch = (self.epoch + 1).max(at);
-        self.last_heard.insert(link, now);
+        self.quiet.insert(link, 0);
         let tree_parent = self.cfg.tree.parent(self.me).unwrap_or(0);
         self.note(Note::Joined {
             parent: rank,
@@ -80,7 +80,7 @@ impl Node {
         self.io(Io::Close { link });
     }
 
-    pub(super) fn on_hello(&mut self, now: Duration, link: LinkId, peer: Peer, version: u32) {
+    pub(super) fn on_hello(&mut self, link: LinkId, peer: Peer, version: u32) {
         let welcome = Frame::Welcome {
             nspace: self.cfg.identity.nspace.clone(),
             rank: self.me,
@@ -162,7 +162,7 @@ impl Node {
                         members: BTreeSet::new(),
                     },
                 );
-                self.last_heard.insert(link, now);
+                self.quiet.insert(link, 0);
                 self.io(Io::Send {
                     link,
                     frame: welcome,
@@ -193,7 +193,7 @@ impl Node {
 
     /// Forgets child link `link` and the routes through it.
     pub(super) fn drop_child(&mut self, link: LinkId) {
-        self.last_heard.remove(&link);
+        self.quiet.remove(&link);
         let Some(child) = self.children.remove(&link) else {
             return;
         };
@@ -219,7 +219,7 @@ impl Node {
         let Some((link, rank)) = self.up.take() else {
             return;
         };
-        self.last_heard.remove(&link);
+        self.quiet.remove(&link);
         if self.stopping.is_some() {
             return;
         }

@@ -315,8 +315,10 @@ pub struct Node {
     routes: HashMap<Rank, (LinkId, (u64, u64))>,
     /// What each rank below reported about itself.
     below: HashMap<Rank, Member>,
-    /// When each daemon link (up or down) last delivered anything.
-    last_heard: HashMap<LinkId, Duration>,
+    /// Per daemon link (up or down): how many of this daemon's own heartbeats passed since it
+    /// last delivered anything. Counted in beats this daemon ran, not in time: a starved
+    /// daemon's overdue timer may run before frames that came in time (see `liveness`).
+    quiet: HashMap<LinkId, u32>,
     /// The membership; on the controller, with every member's state.
     roster: Roster,
     formed: bool,
@@ -356,7 +358,7 @@ impl Node {
             stop_tools: BTreeSet::new(),
             routes: HashMap::new(),
             below: HashMap::new(),
-            last_heard: HashMap::new(),
+            quiet: HashMap::new(),
             exec_children: Vec::new(),
             exec_up: None,
             roster: {
@@ -423,7 +425,7 @@ impl Node {
                 link,
                 peer,
                 version,
-            } => self.on_hello(now, link, peer, version),
+            } => self.on_hello(link, peer, version),
             Input::Frame { link, msg } => self.on_frame(now, link, msg),
             Input::Tool { link, req } => self.on_tool(now, link, req),
             Input::Event { link, up } => {
@@ -520,7 +522,7 @@ impl Node {
         let from_child = self.children.contains_key(&link);
         let from_parent = self.up.is_some_and(|(l, _)| l == link);
         if from_child || from_parent {
-            self.last_heard.insert(link, now);
+            self.quiet.insert(link, 0);
         }
         match msg {
             DaemonMsg::Heartbeat if from_child || from_parent => {}
@@ -1157,15 +1159,43 @@ mod tests {
         c.handle(T, Input::Start);
         hello(&mut c, T, 10, 1);
         report(&mut c, T, 10, vec![member(1, 0, 1)]);
-        let out = c.handle(HB * 2, Input::Timer(Timer::Heartbeat));
-        assert!(out
-            .iter()
-            .any(|o| matches!(o, Output::Io(Io::Send { link: 10, .. }))));
-        assert!(c.formed(), "two quiet intervals are tolerated");
-        let out = c.handle(HB * 4, Input::Timer(Timer::Heartbeat));
+        for beat in 1..=MISSED_HEARTBEATS {
+            let out = c.handle(T + HB * beat, Input::Timer(Timer::Heartbeat));
+            assert!(out
+                .iter()
+                .any(|o| matches!(o, Output::Io(Io::Send { link: 10, .. }))));
+            assert!(c.formed(), "{beat} quiet intervals are tolerated");
+        }
+        let out = c.handle(T + HB * 4, Input::Timer(Timer::Heartbeat));
         assert!(out.contains(&Output::Io(Io::Close { link: 10 })), "{out:?}");
         assert!(!c.formed());
         assert_eq!(c.status().members[1].state, MemberState::Lost);
+    }
+
+    #[test]
+    fn one_overdue_beat_is_one_missed_heartbeat_however_late_it_runs() {
+        let mut c = controller(2);
+        c.handle(T, Input::Start);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        // Starved for a minute: the beat runs before the child's waiting heartbeat.
+        let late = T + HB * 60;
+        let out = c.handle(late, Input::Timer(Timer::Heartbeat));
+        assert!(
+            !out.contains(&Output::Io(Io::Close { link: 10 })),
+            "{out:?}"
+        );
+        c.handle(
+            late,
+            Input::Frame {
+                link: 10,
+                msg: DaemonMsg::Heartbeat,
+            },
+        );
+        for beat in 1..=MISSED_HEARTBEATS {
+            c.handle(late + HB * beat, Input::Timer(Timer::Heartbeat));
+        }
+        assert!(c.formed(), "heard again, so three more beats are tolerated");
     }
 
     /// A controller of `size` ranks with rank 1 joined on link 10, told by a tool (link 99)
