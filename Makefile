@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -157,6 +157,17 @@ lab-down:
 lab-bins:
 	RUSTFLAGS="-C target-feature=+crt-static -C strip=debuginfo" cargo build --release -q -p dvmlab-runtime \
 	  --bins --target x86_64-unknown-linux-gnu --target-dir target/static
+
+## The lab as a stack on Docker's swarm mode, from the FROM-scratch image: on a one-node
+## swarm made here on loopback if the engine is in none (`docker swarm leave --force` undoes
+## it). `make lab-down` removes the stack.
+lab-swarm: lab-image
+	@state=$$(docker info --format '{{.Swarm.LocalNodeState}}'); \
+	if [ "$$state" = inactive ]; then \
+	  echo "making this engine a one-node swarm (docker swarm leave --force undoes it)"; \
+	  docker swarm init --advertise-addr 127.0.0.1 >/dev/null; \
+	fi
+	$(LAB) up --swarm --nodes $(NODES) --radix $(RADIX)
 
 ## The FROM-scratch image `lab export` runs (compose, Kubernetes).
 lab-image: lab-bins

@@ -55,6 +55,7 @@ pub fn k8s_conf(plan: &Plan) -> String {
         &k8s_nodes(plan.nodes),
         &format!("{CONTROLLER}-0"),
         None,
+        KEY_PATH,
     )
 }
 
@@ -295,6 +296,127 @@ mod tests {
             let secret = key.secret.as_ref().unwrap();
             assert_eq!(secret.secret_name.as_deref(), Some(KEY_SECRET));
             assert_eq!(secret.default_mode, Some(0o400));
+        }
+    }
+
+    /// prte.conf text resolved exactly as a daemon resolves it (no environment), by the
+    /// runtime's own reader and resolver.
+    fn resolve(text: &str) -> dvmlab_core::conf::settings::Settings {
+        use dvmlab_core::conf::{reader::ConfFile, settings::Params, settings::Settings};
+        let path = std::path::Path::new("/etc/prte.conf");
+        let conf = ConfFile::parse(text, path).unwrap_or_else(|d| panic!("{d}"));
+        let params = Params::new(Vec::new(), Vec::<(String, String)>::new());
+        let no_files = |p: &std::path::Path| -> std::io::Result<String> {
+            Err(std::io::Error::other(format!(
+                "{} is not in the ConfigMap",
+                p.display()
+            )))
+        };
+        Settings::resolve(&conf, &params, &no_files).unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    /// Beyond the types: the objects name each other consistently, the headless Service
+    /// gives every pod the name DVMNodes lists, and the ConfigMap's prte.conf, byte for
+    /// byte, is what the runtime accepts.
+    #[test]
+    fn k8s_names_selectors_dns_and_prte_conf_agree_with_each_other_and_the_runtime() {
+        for (nodes, namespace, ip) in [(32, "lab", IpVersion::V4), (150, "hpc", IpVersion::V6)] {
+            let plan = Plan::new(nodes, 4, ip).unwrap();
+            let text = k8s(&plan, namespace).unwrap();
+            let docs: Vec<&str> = text.split("---\n").collect();
+            let cm: ConfigMap = serde_norway::from_str(docs[0]).unwrap();
+            let svc: Service = serde_norway::from_str(docs[1]).unwrap();
+            let sets: Vec<StatefulSet> = docs[2..]
+                .iter()
+                .map(|d| serde_norway::from_str(d).unwrap())
+                .collect();
+            let settings = resolve(&cm.data.as_ref().unwrap()["prte.conf"]);
+
+            let svc_name = svc.metadata.name.clone().unwrap();
+            let spec = svc.spec.unwrap();
+            assert_eq!(spec.cluster_ip.as_deref(), Some("None"), "headless");
+            let selector = spec.selector.unwrap();
+            assert_eq!(
+                spec.ports.unwrap()[0].port,
+                i32::from(settings.port),
+                "the Service's port is DVMPort"
+            );
+            let mut pods = Vec::new();
+            for set in &sets {
+                let s = &set.spec;
+                let name = set.metadata.name.clone().unwrap();
+                let template = s
+                    .template
+                    .metadata
+                    .as_ref()
+                    .unwrap()
+                    .labels
+                    .clone()
+                    .unwrap();
+                assert_eq!(s.selector.match_labels.as_ref(), Some(&template), "{name}");
+                assert!(
+                    selector.iter().all(|(k, v)| template.get(k) == Some(v)),
+                    "the Service selects {name}'s pods"
+                );
+                assert_eq!(s.service_name.as_deref(), Some(svc_name.as_str()));
+                let pod = s.template.spec.as_ref().unwrap();
+                // A StatefulSet pod's host name is its own name; with the Service as its
+                // subdomain it is <pod>.<service>.<namespace>.svc.cluster.local, and the
+                // search list makes the bare name DVMNodes uses resolve to that.
+                assert_eq!(pod.subdomain.as_deref(), Some(svc_name.as_str()));
+                assert!(pod.hostname.is_none(), "{name}: pods keep their own names");
+                let search = format!("{svc_name}.{namespace}.svc.cluster.local");
+                let dns = pod.dns_config.as_ref().unwrap();
+                assert!(dns.searches.as_ref().unwrap().contains(&search), "{name}");
+                let volumes = pod.volumes.as_ref().unwrap();
+                let conf_volume = volumes.iter().find(|v| v.name == "prte-conf").unwrap();
+                assert_eq!(
+                    conf_volume.config_map.as_ref().unwrap().name,
+                    cm.metadata.name.clone().unwrap(),
+                    "{name} mounts the ConfigMap"
+                );
+                let c = &pod.containers[0];
+                assert_eq!(
+                    c.ports.as_ref().unwrap()[0].container_port,
+                    i32::from(settings.port)
+                );
+                let key = c
+                    .volume_mounts
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .find(|m| m.name == "dvm-key")
+                    .unwrap();
+                assert_eq!(
+                    Some(std::path::Path::new(&key.mount_path)),
+                    settings.key_file.as_ref().map(|(p, _)| p.as_path()),
+                    "the key is mounted where prte.conf says"
+                );
+                for ordinal in 0..s.replicas.unwrap() {
+                    pods.push((name.clone(), format!("{name}-{ordinal}")));
+                }
+            }
+            let listed: Vec<String> = settings.nodes.iter().map(|n| n.name.clone()).collect();
+            let node_pods: Vec<String> = pods
+                .iter()
+                .filter(|(set, _)| set == NODE_SET)
+                .map(|(_, p)| p.clone())
+                .collect();
+            assert_eq!(listed, node_pods, "DVMNodes lists every node pod, in order");
+            let controllers: Vec<&String> = pods
+                .iter()
+                .filter(|(set, _)| set == CONTROLLER)
+                .map(|(_, p)| p)
+                .collect();
+            assert_eq!(controllers, [&settings.controller_host]);
+            assert_eq!(settings.radix, 4);
+            assert_eq!(
+                settings.family,
+                match ip {
+                    IpVersion::V4 => dvmlab_core::conf::settings::Family::V4,
+                    IpVersion::V6 => dvmlab_core::conf::settings::Family::V6,
+                }
+            );
         }
     }
 }

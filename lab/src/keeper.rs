@@ -214,9 +214,10 @@ pub fn keep(
         .ok_or("the lab's cluster has no subnet")?;
     let conf = plan.conf_text(
         &format!("lab up (on {})", backend_name(backend)),
-        &format!("node[{}:1-{}]", plan.node_name(1).len() - 4, plan.nodes),
+        &plan.dvm_nodes(),
         CONTROLLER,
         Some(&subnet),
+        crate::plan::KEY_PATH,
     );
     cluster
         .set_conf(&conf)

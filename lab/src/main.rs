@@ -4,6 +4,7 @@ mod export;
 mod image;
 mod keeper;
 mod plan;
+mod swarm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,8 +34,11 @@ use plan::{IpVersion, Plan, CONTROLLER};
 ///   lab partition A B         partition A B / heal, late-boot NODE
 ///   lab logs node07           what a daemon wrote
 ///   lab down                  remove every container, network and namespace the lab made
-///   lab export --k8s          the same cluster for another orchestrator
+///   lab export --k8s          the same cluster for another orchestrator (--compose, --swarm)
 ///   lab image                 the FROM-scratch image the exports run (static binaries)
+///   lab up --swarm            the lab as a stack on Docker's swarm mode (the image above);
+///                             the same commands then act on its tasks; lab down removes it
+///   lab image --push REG      the image for a swarm of several machines
 ///
 /// Exit status: 0 on success; 1 when the lab or Docker refuses; 2 for a usage error; a job's
 /// own status for `run`.
@@ -58,6 +62,13 @@ enum Cmd {
         /// Remove the image instead.
         #[arg(long)]
         remove: bool,
+        /// Push the built image to this registry (host[:port]) as REGISTRY/TAG, for a swarm
+        /// of several machines; `lab up --swarm --image` that name.
+        #[arg(long, value_name = "REGISTRY", conflicts_with = "remove")]
+        push: Option<String>,
+        /// The image's name and tag.
+        #[arg(long, default_value = image::IMAGE)]
+        tag: String,
     },
     /// Start the lab and wait until the DVM is ready; print its status table.
     Up {
@@ -79,10 +90,24 @@ enum Cmd {
         /// Seconds to wait for the DVM.
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// Deploy the lab as a stack on this engine's swarm (a manager's): one service per
+        /// host on an overlay network, prte.conf a config, the key a secret. Runs --image.
+        #[arg(long, conflicts_with_all = ["backend", "bin_dir"])]
+        swarm: bool,
+        /// The image the swarm's tasks run (`make lab-image` builds the default here).
+        #[arg(long, default_value = image::IMAGE, requires = "swarm")]
+        image: String,
+        /// The swarm stack's name (its services are STACK_ctl, STACK_node01, ...).
+        #[arg(long, default_value = swarm::STACK, requires = "swarm")]
+        stack: String,
     },
-    /// Remove every host the lab made (containers, networks, namespaces), its partition
-    /// rules and logs, and stop its keeper.
-    Down,
+    /// Remove every host the lab made (containers, networks, namespaces, or the swarm
+    /// stack), its partition rules and logs, and stop its keeper.
+    Down {
+        /// Only a swarm lab (`up --swarm`).
+        #[arg(long)]
+        swarm: bool,
+    },
     /// The DVM's status, from the controller (`pctl status`), and each daemon's state.
     Status {
         /// pctl's JSON status, as documented in runtime/README.md.
@@ -134,12 +159,18 @@ enum Cmd {
     /// Remove every partition.
     Heal,
     /// Write the same cluster for Kubernetes (a StatefulSet per role behind a headless
-    /// Service, prte.conf in a ConfigMap) or compose (with its prte.conf), into --out.
+    /// Service, prte.conf in a ConfigMap), compose (with its prte.conf) or a swarm stack
+    /// (`docker stack deploy -c stack.yml NAME` in --out), into --out.
     Export {
-        #[arg(long, required_unless_present = "compose", conflicts_with = "compose")]
+        #[arg(long, required_unless_present_any = ["compose", "swarm"], conflicts_with_all = ["compose", "swarm"])]
         k8s: bool,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "swarm")]
         compose: bool,
+        #[arg(long)]
+        swarm: bool,
+        /// The image the swarm stack's tasks run.
+        #[arg(long, default_value = image::IMAGE)]
+        image: String,
         #[command(flatten)]
         plan: PlanArgs,
         /// Kubernetes namespace the pods' DNS search list names.
@@ -264,7 +295,13 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     let act = |op: &str, node: &str, what: &str| -> Result<u8, Failure> {
-        keeper::ask(serde_json::json!({"op": op, "host": node}))?;
+        let what = match which()? {
+            Lab::Swarm(l) => l.act(op, node)?,
+            Lab::Keeper => {
+                keeper::ask(serde_json::json!({"op": op, "host": node}))?;
+                what.to_string()
+            }
+        };
         dvmlab_host::outln!("{node}: {what}");
         Ok(0)
     };
@@ -273,24 +310,28 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             bin_dir,
             busybox,
             remove,
+            push,
+            tag,
         } => {
             let engine = dvmlab_harness::docker::Engine::connect()?;
             if remove {
-                if engine.remove_image(image::IMAGE)? {
-                    dvmlab_host::outln!("removed image {}", image::IMAGE);
+                if engine.remove_image(&tag)? {
+                    dvmlab_host::outln!("removed image {tag}");
                 } else {
-                    dvmlab_host::outln!("no image {}", image::IMAGE);
+                    dvmlab_host::outln!("no image {tag}");
                 }
                 return Ok(0);
             }
             let ctx = image::context(&image::Sources { bin_dir, busybox })?;
             let t = Instant::now();
-            engine.build_image(image::IMAGE, ctx)?;
-            dvmlab_host::outln!(
-                "built {} in {:.1} s",
-                image::IMAGE,
-                t.elapsed().as_secs_f64()
-            );
+            engine.build_image(&tag, ctx)?;
+            dvmlab_host::outln!("built {tag} in {:.1} s", t.elapsed().as_secs_f64());
+            if let Some(registry) = push {
+                let name = swarm::push(&tag, &registry)?;
+                dvmlab_host::outln!(
+                    "pushed {name}: `lab up --swarm --image {name}` on a manager of the swarm"
+                );
+            }
             Ok(0)
         }
         Cmd::Keep {
@@ -312,7 +353,19 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             hold,
             spares,
             timeout,
+            swarm,
+            image,
+            stack,
         } => {
+            if let Some(l) = swarm::Lab::find()? {
+                return Err(Failure(
+                    1,
+                    format!(
+                        "a lab is already up (swarm stack {}); `lab down` first",
+                        l.stack
+                    ),
+                ));
+            }
             if keeper::Keeper::find().is_some() {
                 let about = keeper::ask(serde_json::json!({"op": "about"}))?;
                 return Err(Failure(
@@ -327,6 +380,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 .plan()?
                 .with_spares(spares)
                 .map_err(|e| Failure(2, e))?;
+            if swarm {
+                return up_swarm(&plan, &hold, &image, &stack, Duration::from_secs(timeout));
+            }
             up(
                 &plan,
                 &hold,
@@ -335,7 +391,19 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 Duration::from_secs(timeout),
             )
         }
-        Cmd::Down => {
+        Cmd::Down { swarm } => {
+            if let Some(l) = swarm::Lab::find()? {
+                let stack = l.stack.clone();
+                let n = l.remove()?;
+                dvmlab_host::outln!(
+                    "removed the lab: swarm stack {stack} ({n} services, their tasks, config, secret and network)"
+                );
+                return Ok(0);
+            }
+            if swarm {
+                dvmlab_host::outln!("no swarm lab was up");
+                return Ok(0);
+            }
             let Some(k) = keeper::Keeper::find() else {
                 dvmlab_host::outln!("no lab was up");
                 return Ok(0);
@@ -362,9 +430,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             if json {
                 argv.push("--json".into());
             }
-            let code = keeper::Keeper::find()
-                .ok_or(NO_LAB)?
-                .exec(CONTROLLER, &argv)?;
+            let code = exec_on(CONTROLLER, &argv)?;
             if !json && code == 0 {
                 print_lab_state()?;
             }
@@ -388,9 +454,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Cmd::Run { argv } => {
             let mut full = vec!["prun".to_string()];
             full.extend(argv);
-            let code = keeper::Keeper::find()
-                .ok_or(NO_LAB)?
-                .exec(CONTROLLER, &full)?;
+            let code = exec_on(CONTROLLER, &full)?;
             Ok(u8::try_from(code).unwrap_or(1))
         }
         Cmd::Kill { node } => act("kill", &node, "killed"),
@@ -408,25 +472,44 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             if side(&a).is_empty() || side(&b).is_empty() {
                 return Err(Failure(2, "partition A B: both sides need a host".into()));
             }
-            keeper::ask(serde_json::json!({"op": "partition", "a": side(&a), "b": side(&b)}))?;
+            match which()? {
+                Lab::Swarm(l) => l.partition(&side(&a), &side(&b))?,
+                Lab::Keeper => {
+                    keeper::ask(
+                        serde_json::json!({"op": "partition", "a": side(&a), "b": side(&b)}),
+                    )?;
+                }
+            }
             dvmlab_host::outln!("partitioned {a} from {b}");
             Ok(0)
         }
         Cmd::Heal => {
-            keeper::ask(serde_json::json!({"op": "heal"}))?;
+            match which()? {
+                Lab::Swarm(l) => l.heal()?,
+                Lab::Keeper => {
+                    keeper::ask(serde_json::json!({"op": "heal"}))?;
+                }
+            }
             dvmlab_host::outln!("healed");
             Ok(0)
         }
         Cmd::Export {
             k8s,
             compose: _,
+            swarm,
+            image,
             plan,
             namespace,
             out,
         } => {
             let plan = plan.plan()?;
+            if swarm && plan.ip != IpVersion::V4 {
+                return Err(Failure(2, SWARM_V4.into()));
+            }
             let files = if k8s {
                 vec![("dvmlab-lab.k8s.yaml", export::k8s(&plan, &namespace)?)]
+            } else if swarm {
+                swarm::files(&plan, &image, &[])?
             } else {
                 vec![
                     ("compose.yaml", export::compose(&plan)?),
@@ -448,6 +531,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 dvmlab_host::keyfile::generate(&key)?;
                 dvmlab_host::outln!("wrote a new DVM key {}", key.display());
             }
+            if swarm {
+                dvmlab_host::outln!(
+                    "deploy it on a swarm manager: cd {} && docker stack deploy --resolve-image never -c stack.yml {}",
+                    out.display(),
+                    swarm::STACK
+                );
+            }
             if k8s {
                 dvmlab_host::outln!(
                     "make it the pods' Secret: kubectl create secret generic {} --from-file={}={}",
@@ -459,6 +549,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Cmd::Logs { host, follow } => {
+            if let Lab::Swarm(l) = which()? {
+                l.logs(&host, follow)?;
+                return Ok(0);
+            }
             let v = keeper::ask(serde_json::json!({"op": "hosts"}))?;
             let path = v["hosts"]
                 .as_array()
@@ -473,8 +567,57 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+/// Which lab is up.
+enum Lab {
+    /// A keeper's: the harness's docker or netns hosts.
+    Keeper,
+    Swarm(swarm::Lab),
+}
+
+/// The lab that is up, or why none is.
+fn which() -> Result<Lab, String> {
+    if let Some(l) = swarm::Lab::find()? {
+        return Ok(Lab::Swarm(l));
+    }
+    if keeper::Keeper::find().is_some() {
+        return Ok(Lab::Keeper);
+    }
+    Err(NO_LAB.into())
+}
+
+/// Runs `argv` on `host` of the lab that is up, with this process's stdin, stdout and
+/// stderr; its exit code.
+fn exec_on(host: &str, argv: &[String]) -> Result<i64, String> {
+    match which()? {
+        Lab::Swarm(l) => l.exec(host, argv),
+        Lab::Keeper => keeper::Keeper::find().ok_or(NO_LAB)?.exec(host, argv),
+    }
+}
+
+/// Runs `argv` on `host` of the lab that is up; (exit code, stdout, stderr).
+fn output_on(host: &str, argv: &[String]) -> Result<(i64, String, String), String> {
+    match which()? {
+        Lab::Swarm(l) => l.output(host, argv),
+        Lab::Keeper => keeper::output(host, argv),
+    }
+}
+
+/// Swarm's overlay networks here carry the lab in IPv4 only.
+const SWARM_V4: &str = "the swarm lab runs IPv4 on its overlay network (--ip 4)";
+
 /// Every host of the lab: name, its daemon's state, whether it is a spare.
 fn hosts() -> Result<Vec<(String, String, bool)>, String> {
+    if let Lab::Swarm(l) = which()? {
+        return Ok(l
+            .plan
+            .hosts()
+            .into_iter()
+            .map(|h| {
+                let state = l.state(&h.name);
+                (h.name, state, false)
+            })
+            .collect());
+    }
     let v = keeper::ask(serde_json::json!({"op": "hosts"}))?;
     Ok(v["hosts"]
         .as_array()
@@ -494,9 +637,7 @@ fn hosts() -> Result<Vec<(String, String, bool)>, String> {
 /// exit status are the tool's.
 fn on_controller(argv: &[&str]) -> Result<u8, Failure> {
     let argv: Vec<String> = argv.iter().map(|a| a.to_string()).collect();
-    let code = keeper::Keeper::find()
-        .ok_or(NO_LAB)?
-        .exec(CONTROLLER, &argv)?;
+    let code = exec_on(CONTROLLER, &argv)?;
     Ok(u8::try_from(code).unwrap_or(1))
 }
 
@@ -505,7 +646,7 @@ fn controller_json(args: &[&str]) -> Result<serde_json::Value, String> {
     let mut argv = vec!["pctl".to_string()];
     argv.extend(args.iter().map(|a| a.to_string()));
     argv.push("--json".into());
-    let (code, out, err) = keeper::output(CONTROLLER, &argv)?;
+    let (code, out, err) = output_on(CONTROLLER, &argv)?;
     if code != 0 {
         return Err(format!("pctl {}: {}", args.join(" "), err.trim()));
     }
@@ -543,6 +684,13 @@ fn departed(status: &serde_json::Value) -> Vec<String> {
 fn free_spares(count: usize) -> Result<Vec<String>, Failure> {
     if count == 0 {
         return Err(Failure(2, "grow: a count of at least 1".into()));
+    }
+    if let Lab::Swarm(_) = which()? {
+        return Err(Failure(
+            1,
+            "the swarm lab has no spares: its controller has no launch agent into other tasks"
+                .into(),
+        ));
     }
     let about = keeper::ask(serde_json::json!({"op": "about"}))?;
     let spares: Vec<String> = about["spares"]
@@ -703,6 +851,72 @@ fn up(
         );
     }
     let (_, table, _) = keeper::output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
+    dvmlab_host::stdout::bytes(table.as_bytes());
+    Ok(0)
+}
+
+/// `up --swarm`: the stack deployed, then a wait for every started daemon to join, then the
+/// controller's table.
+fn up_swarm(
+    plan: &Plan,
+    hold: &[String],
+    image: &str,
+    stack: &str,
+    timeout: Duration,
+) -> Result<u8, Failure> {
+    if plan.spares > 0 {
+        return Err(Failure(2, "the swarm lab has no spares (--spares)".into()));
+    }
+    if plan.ip != IpVersion::V4 {
+        return Err(Failure(2, SWARM_V4.into()));
+    }
+    let t = Instant::now();
+    let expect = plan.hosts().len() - hold.len();
+    let bar = ProgressBar::new(expect as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:40} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("deploying {expect} services on the swarm"));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let lab = swarm::Lab::deploy(plan, image, stack, hold)?;
+    bar.set_message("waiting for the tasks to start and the daemons to join");
+    let argv = ["pctl", "status", "--json"].map(String::from);
+    let joined = dvmlab_harness::wait_until(timeout, Duration::from_millis(250), || {
+        let (code, out, err) = lab.output(CONTROLLER, &argv)?;
+        if code != 0 {
+            return Err(err.trim().to_string());
+        }
+        let s: serde_json::Value =
+            serde_json::from_str(&out).map_err(|e| format!("status is not JSON: {e}"))?;
+        let joined = s["joined"].as_u64().unwrap_or(0) as usize;
+        bar.set_position(joined as u64);
+        if joined >= expect {
+            Ok(())
+        } else {
+            Err(format!("{joined} of {expect} daemons joined"))
+        }
+    });
+    bar.finish_and_clear();
+    if let Err(e) = joined {
+        return Err(Failure(
+            1,
+            format!(
+                "the DVM did not form: {e} (see `lab logs {CONTROLLER}` and `docker stack ps {stack}`; `lab down` removes the stack)"
+            ),
+        ));
+    }
+    dvmlab_host::outln!(
+        "lab up on the swarm (stack {stack}, image {image}): {expect} of {} daemons joined in {:.1} s{}",
+        plan.hosts().len(),
+        t.elapsed().as_secs_f64(),
+        if hold.is_empty() {
+            String::new()
+        } else {
+            format!("; held for late-boot: {}", hold.join(", "))
+        }
+    );
+    let (_, table, _) = lab.output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
     dvmlab_host::stdout::bytes(table.as_bytes());
     Ok(0)
 }

@@ -168,20 +168,28 @@ impl Plan {
         };
         self.conf_text(
             "lab up",
-            &format!("node[{}:1-{}]", self.width(), self.nodes),
+            &self.dvm_nodes(),
             CONTROLLER,
             Some(subnet),
+            KEY_PATH,
         )
     }
 
+    /// DVMNodes for node01 … (the names `lab up` and the swarm give the nodes).
+    pub fn dvm_nodes(&self) -> String {
+        format!("node[{}:1-{}]", self.width(), self.nodes)
+    }
+
     /// A `prte.conf` of this plan for hosts named otherwise (another orchestrator's names),
-    /// written by `by`; `networks` restricts the daemons to that subnet.
+    /// written by `by`; `networks` restricts the daemons to that subnet; the key is read
+    /// from `key`.
     pub fn conf_text(
         &self,
         by: &str,
         nodes: &str,
         controller: &str,
         networks: Option<&str>,
+        key: &str,
     ) -> String {
         let mut text = format!(
             "# The dvmlab lab: {n} nodes, radix {r}, IPv{ip}. Written by `{by}`.\n\
@@ -191,7 +199,7 @@ impl Plan {
              DVMRadix = {r}\n\
              DVMPort = {DVM_PORT}\n\
              DVMIPVersion = {ip}\n\
-             DVMKeyFile = {KEY_PATH}\n",
+             DVMKeyFile = {key}\n",
             n = self.nodes,
             r = self.radix,
             ip = self.ip.number(),

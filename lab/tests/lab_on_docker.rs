@@ -1,13 +1,16 @@
-//! The lab end to end on the Docker engine (the harness's docker backend): every lab
-//! command, and `down` leaving no container or network of the lab's run behind. Needs root
-//! and a Docker engine; says so loudly otherwise.
+//! The lab end to end on the Docker engine: on the harness's docker backend every lab
+//! command, and `down` leaving no container or network of the lab's run behind; and on the
+//! engine's swarm mode (`lab up --swarm`, one-node swarm) the same commands, a killed task
+//! replaced by the swarm, and the swarm left as found. Needs root and a Docker engine (and,
+//! for the swarm, the docker CLI and a static busybox); says so loudly otherwise.
 
 use std::process::Command;
+use std::time::Duration;
 
-use dvmlab_harness::{netns_available, skip};
+use dvmlab_harness::{netns_available, skip, wait_until};
 
 mod common;
-use common::{every_command_works, Down};
+use common::{every_command_works, lab_in, ok_in, wait_state, workspace, Down, LAB};
 
 fn docker(args: &[&str]) -> String {
     let o = Command::new("docker").args(args).output().unwrap();
@@ -62,4 +65,227 @@ fn the_elastic_lab_on_docker_grows_onto_spares_parks_jobs_during_a_shrink_and_al
     ));
     let _down = Down(dir.clone(), &["ctl", "node02", "spare01", "spare03"]);
     common::elastic_commands_work(&dir, "docker");
+}
+
+const SWARM_TEST: &str =
+    "the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm_as_found";
+
+fn docker_out(args: &[&str]) -> std::process::Output {
+    Command::new("docker").args(args).output().unwrap()
+}
+
+fn stdout(args: &[&str]) -> String {
+    String::from_utf8_lossy(&docker_out(args).stdout)
+        .trim()
+        .to_string()
+}
+
+/// Leaves the swarm if the test made it, and removes the test's image tag.
+struct SwarmAsFound {
+    initialized: bool,
+    image: String,
+}
+
+impl Drop for SwarmAsFound {
+    fn drop(&mut self) {
+        if self.initialized {
+            let o = docker_out(&["swarm", "leave", "--force"]);
+            eprintln!(
+                "left the swarm the test made: {}",
+                String::from_utf8_lossy(&o.stdout).trim()
+            );
+        }
+        let _ = docker_out(&["rmi", &self.image]);
+    }
+}
+
+/// The id of the running container of `service`'s task on this machine.
+fn task_container(service: &str) -> String {
+    stdout(&[
+        "ps",
+        "-q",
+        "--filter",
+        &format!("label=com.docker.swarm.service.name={service}"),
+        "--filter",
+        "status=running",
+    ])
+}
+
+#[test]
+fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm_as_found() {
+    if !docker_here(SWARM_TEST) {
+        return;
+    }
+    if !Command::new("docker")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return skip(
+            SWARM_TEST,
+            "no docker CLI here (docker stack deploy is the CLI's)",
+        );
+    }
+    if !std::path::Path::new("/bin/busybox").exists() {
+        return skip(
+            SWARM_TEST,
+            "the image needs /bin/busybox (apt-get install busybox-static)",
+        );
+    }
+    let pid = std::process::id();
+    let image = format!("dvmlab-lab:swarm-test-{pid}");
+    let state = stdout(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
+    let initialized = match state.as_str() {
+        "inactive" => {
+            let o = docker_out(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
+            assert!(
+                o.status.success(),
+                "docker swarm init: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            true
+        }
+        "active" => false,
+        other => panic!("the engine's swarm is {other:?}: neither in one nor out of one"),
+    };
+    let _swarm = SwarmAsFound {
+        initialized,
+        image: image.clone(),
+    };
+    let make = Command::new("make")
+        .args(["-s", "lab-bins"])
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    assert!(
+        make.status.success(),
+        "make lab-bins: {}",
+        String::from_utf8_lossy(&make.stderr)
+    );
+    let built = Command::new(LAB)
+        .args([
+            "image",
+            "--tag",
+            &image,
+            "--bin-dir",
+            "target/static/x86_64-unknown-linux-gnu/release",
+        ])
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "lab image: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+
+    let dir = std::env::temp_dir().join(format!("dvmlab-lab-test-swarm-{pid}"));
+    let stack = format!("dvmlab-swarm-test-{pid}");
+    let _down = Down(dir.clone(), &["ctl", "node02", "node05", "node07"]);
+    let up = ok_in(
+        &dir,
+        &[
+            "up",
+            "--swarm",
+            "--image",
+            &image,
+            "--stack",
+            &stack,
+            "--nodes",
+            "16",
+            "--radix",
+            "4",
+            "--hold",
+            "node16",
+            "--timeout",
+            "180",
+        ],
+    );
+    assert!(up.contains("16 of 17 daemons joined"), "{up}");
+    let again = lab_in(&dir, &["up", "--swarm", "--image", &image]);
+    assert_eq!(again.status.code(), Some(1), "a second up is refused");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
+
+    ok_in(&dir, &["late-boot", "node16"]);
+    wait_state(&dir, "node16", "joined");
+
+    let names = ok_in(&dir, &["run", "--", "hostname"]);
+    let mut names: Vec<&str> = names.lines().collect();
+    names.sort_unstable();
+    let want: Vec<String> = (1..=16).map(|i| format!("node{i:02}")).collect();
+    assert_eq!(names, want, "one process on every node");
+    assert_eq!(
+        lab_in(&dir, &["run", "-n", "2", "--", "sh", "-c", "exit 3"])
+            .status
+            .code(),
+        Some(3),
+        "lab run exits with the job's status"
+    );
+
+    // A killed task: the DVM loses the node, the swarm starts a new task in its place
+    // (another container, the same name), and its daemon joins again.
+    let service = format!("{stack}_node05");
+    let before = task_container(&service);
+    assert!(!before.is_empty(), "node05 has a running task");
+    ok_in(&dir, &["kill", "node05"]);
+    wait_state(&dir, "node05", "lost");
+    wait_state(&dir, "node05", "joined");
+    let after = task_container(&service);
+    assert!(
+        !after.is_empty() && after != before,
+        "the swarm replaced the task: {before} -> {after}"
+    );
+
+    ok_in(&dir, &["freeze", "node02"]);
+    assert!(ok_in(&dir, &["status"]).contains("node02 (frozen)"));
+    wait_state(&dir, "node02", "lost");
+    ok_in(&dir, &["thaw", "node02"]);
+    wait_state(&dir, "node02", "joined");
+
+    // node07 cut from its tree parent (both ways, in the tasks' own network namespaces):
+    // the parent finds it silent and the controller hears it is lost; healed and restarted
+    // (a new task), it joins again.
+    let status: serde_json::Value =
+        serde_json::from_str(&ok_in(&dir, &["status", "--json"])).unwrap();
+    let members = status["members"].as_array().unwrap();
+    let node07 = members.iter().find(|m| m["host"] == "node07").unwrap();
+    let parent = members
+        .iter()
+        .find(|m| m["rank"] == node07["tree_parent"])
+        .and_then(|m| m["host"].as_str())
+        .unwrap()
+        .to_string();
+    ok_in(&dir, &["partition", &parent, "node07"]);
+    wait_state(&dir, "node07", "lost");
+    assert!(ok_in(&dir, &["logs", &parent]).contains("silent for 3 heartbeats"));
+    ok_in(&dir, &["heal"]);
+    ok_in(&dir, &["restart", "node07"]);
+    wait_state(&dir, "node07", "joined");
+    assert!(ok_in(&dir, &["logs", "node07"]).contains("joined the DVM"));
+    wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+        let s: serde_json::Value =
+            serde_json::from_str(&ok_in(&dir, &["status", "--json"])).map_err(|e| e.to_string())?;
+        (s["formed"] == true)
+            .then_some(())
+            .ok_or(format!("not formed again: {s}"))
+    })
+    .unwrap();
+
+    let gone = ok_in(&dir, &["down"]);
+    assert!(gone.contains(&format!("swarm stack {stack}")), "{gone}");
+    let label = format!("label=com.docker.stack.namespace={stack}");
+    for what in [
+        &["service", "ls", "-q", "--filter"][..],
+        &["ps", "-a", "-q", "--filter"][..],
+        &["network", "ls", "-q", "--filter"][..],
+        &["config", "ls", "-q", "--filter"][..],
+        &["secret", "ls", "-q", "--filter"][..],
+    ] {
+        let mut args = what.to_vec();
+        args.push(&label);
+        assert!(stdout(&args).is_empty(), "down left: docker {args:?}");
+    }
+    let after = lab_in(&dir, &["status"]);
+    assert_eq!(after.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&after.stderr).contains("no lab is up"));
 }

@@ -72,7 +72,7 @@ pub fn build_runtime() -> String {
 }
 
 /// The state of `host` in `lab status --json`.
-fn member_state(dir: &Path, host: &str) -> Result<String, String> {
+pub fn member_state(dir: &Path, host: &str) -> Result<String, String> {
     let o = lab_in(dir, &["status", "--json"]);
     let s: serde_json::Value = serde_json::from_slice(&o.stdout)
         .map_err(|e| format!("status --json: {e}: {}", String::from_utf8_lossy(&o.stderr)))?;
@@ -85,7 +85,7 @@ fn member_state(dir: &Path, host: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{host} not in {s}"))
 }
 
-fn wait_state(dir: &Path, host: &str, want: &str) {
+pub fn wait_state(dir: &Path, host: &str, want: &str) {
     wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
         let s = member_state(dir, host)?;
         (s == want)
