@@ -15,6 +15,7 @@
 //! stack's files (stack.yml, prte.conf, dvm.key) are kept beside it.
 
 use std::net::IpAddr;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -313,10 +314,12 @@ impl Lab {
         }
     }
 
-    /// Cuts `a` from `b` both ways: nftables rules in every task's own network namespace
-    /// (swarm's overlay has no switch of ours to put them in), dropping the other side's
-    /// overlay addresses. Only tasks on this machine can be cut; a replaced task comes back
-    /// without the rules, as a rebooted machine would.
+    /// Cuts `a` from `b` both ways: an nftables rule in every task's own network namespace
+    /// (swarm's overlay has no switch of ours to put it in) drops what arrives from the
+    /// other side's overlay addresses. Only arriving packets are dropped, so a sender's
+    /// writes succeed and its packets vanish, as on a cut cable (a rule on the way out
+    /// would fail the sender's writes at once). Only tasks on this machine can be cut; a
+    /// replaced task comes back without the rule, as a rebooted machine would.
     pub fn partition(&self, a: &[String], b: &[String]) -> Result<(), String> {
         let (ia, ib) = (self.addresses(a)?, self.addresses(b)?);
         for (hosts, other) in [(a, &ib), (b, &ia)] {
@@ -327,7 +330,7 @@ impl Lab {
                     .collect::<Vec<_>>()
                     .join(", ");
                 let script = format!(
-                    "table inet {T} {{\n chain input {{ type filter hook input priority -10; ip saddr {{ {set} }} drop; }}\n chain output {{ type filter hook output priority -10; ip daddr {{ {set} }} drop; }}\n}}\n",
+                    "table inet {T} {{\n chain input {{ type filter hook input priority -10; ip saddr {{ {set} }} drop; }}\n}}\n",
                     T = PARTITION_TABLE
                 );
                 self.nft_in(h, &script)?;
@@ -395,7 +398,7 @@ impl Lab {
             .collect()
     }
 
-    /// The swarm's service logs of `host` (every task it had, wherever it ran).
+    /// The swarm's service logs of `host` (every task it had, wherever it ran), on stdout.
     pub fn logs(&self, host: &str, follow: bool) -> Result<(), String> {
         let service = self.service(host)?;
         let mut args = vec!["service", "logs", "--raw", "--no-trunc"];
@@ -403,8 +406,15 @@ impl Lab {
             args.push("--follow");
         }
         args.push(&service);
+        // A task's log is its stderr, which `docker service logs` writes to its own stderr;
+        // here it goes to stdout, as the other labs' logs do.
+        let stdout = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| format!("stdout: {e}"))?;
         let status = Command::new("docker")
             .args(&args)
+            .stderr(Stdio::from(stdout))
             .status()
             .map_err(|e| format!("docker service logs: {e}"))?;
         if !status.success() {

@@ -181,7 +181,10 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
 
     let dir = std::env::temp_dir().join(format!("dvmlab-lab-test-swarm-{pid}"));
     let stack = format!("dvmlab-swarm-test-{pid}");
-    let _down = Down(dir.clone(), &["ctl", "node02", "node05", "node07"]);
+    let _down = Down(
+        dir.clone(),
+        &["ctl", "node01", "node02", "node05", "node07"],
+    );
     let up = ok_in(
         &dir,
         &[
@@ -223,13 +226,28 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
     );
 
     // A killed task: the DVM loses the node, the swarm starts a new task in its place
-    // (another container, the same name), and its daemon joins again.
-    let service = format!("{stack}_node05");
+    // (another container, the same name, another address), its daemon joins again, and
+    // its children, which knew it by its old address, find it under its name: at radix 4
+    // node01 is the parent of node05 … node08, and they are its children again.
+    let service = format!("{stack}_node01");
     let before = task_container(&service);
-    assert!(!before.is_empty(), "node05 has a running task");
-    ok_in(&dir, &["kill", "node05"]);
-    wait_state(&dir, "node05", "lost");
-    wait_state(&dir, "node05", "joined");
+    assert!(!before.is_empty(), "node01 has a running task");
+    ok_in(&dir, &["kill", "node01"]);
+    wait_state(&dir, "node01", "lost");
+    wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+        let s: serde_json::Value =
+            serde_json::from_str(&ok_in(&dir, &["status", "--json"])).map_err(|e| e.to_string())?;
+        let under_node01 = s["members"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["tree_parent"] == 1)
+            .all(|m| m["parent"] == 1 && m["state"] == "joined");
+        (s["formed"] == true && under_node01)
+            .then_some(())
+            .ok_or(format!("node01's subtree not back under it: {s}"))
+    })
+    .unwrap();
     let after = task_container(&service);
     assert!(
         !after.is_empty() && after != before,
@@ -257,11 +275,26 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
         .to_string();
     ok_in(&dir, &["partition", &parent, "node07"]);
     wait_state(&dir, "node07", "lost");
-    assert!(ok_in(&dir, &["logs", &parent]).contains("silent for 3 heartbeats"));
+    // The swarm's service logs reach `lab logs` a moment after the daemon wrote them.
+    wait_until(Duration::from_secs(20), Duration::from_millis(250), || {
+        ok_in(&dir, &["logs", &parent])
+            .contains("silent for 3 heartbeats")
+            .then_some(())
+            .ok_or(format!("{parent}'s log does not show node07 silent yet"))
+    })
+    .unwrap();
     ok_in(&dir, &["heal"]);
     ok_in(&dir, &["restart", "node07"]);
     wait_state(&dir, "node07", "joined");
-    assert!(ok_in(&dir, &["logs", "node07"]).contains("joined the DVM"));
+    // `lab logs` is the service's: every task it had, the restarted one too.
+    wait_until(Duration::from_secs(20), Duration::from_millis(250), || {
+        let log = ok_in(&dir, &["logs", "node07"]);
+        let started = log.matches("(Daemon) on node07 listening").count();
+        (started >= 2)
+            .then_some(())
+            .ok_or(format!("node07's log shows {started} daemon starts, not 2"))
+    })
+    .unwrap();
     wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
         let s: serde_json::Value =
             serde_json::from_str(&ok_in(&dir, &["status", "--json"])).map_err(|e| e.to_string())?;

@@ -61,7 +61,53 @@ pub struct IdentityReport {
     pub conf: String,
 }
 
+/// Where each ancestor's daemon is now: its host name resolved again, exactly as at
+/// bootstrap (the same resolver, address family and DVMNetworks). A host that came back
+/// under its name with another address (a rescheduled container or pod, a new lease) is
+/// found there by the next connect attempt.
+#[derive(Debug, Clone)]
+pub struct Ancestors {
+    resolver: Resolver,
+    settings: Settings,
+    networks: Vec<IpNet>,
+    hosts: BTreeMap<Rank, (String, Origin)>,
+}
+
+impl Ancestors {
+    /// `rank`'s address as its name resolves now (blocking: a name service lookup), or
+    /// `None` when it does not resolve or `rank` is not an ancestor.
+    pub fn address(&self, rank: Rank) -> Option<std::net::IpAddr> {
+        let (host, origin) = self.hosts.get(&rank)?;
+        self.resolver
+            .pick(&self.settings, &self.networks, host, origin)
+            .ok()
+            .map(|c| c.addr)
+    }
+}
+
 impl Prepared {
+    /// The ancestors by name, to resolve again when connecting to them later.
+    pub fn ancestors_by_name(&self) -> Ancestors {
+        let hosts = self
+            .ancestors
+            .keys()
+            .map(|&r| {
+                let i = r as usize;
+                let named = (
+                    self.membership.hosts[i].clone(),
+                    self.membership.origins[i].clone(),
+                );
+                (r, named)
+            })
+            .collect();
+        Ancestors {
+            resolver: self.resolver.clone(),
+            settings: self.settings.clone(),
+            networks: self.networks.clone(),
+            hosts,
+        }
+    }
+
     /// Reads the configuration and derives this host's place in the DVM.
     pub fn new(params: &Params) -> Result<Prepared, Diagnostic> {
         let settings = crate::conf_file::load(params)?;

@@ -38,7 +38,7 @@ use dvmlab_core::identity::Role;
 use dvmlab_core::overlay::{self, Io, LinkId, NodeConfig, Note, MISSED_HEARTBEATS};
 use dvmlab_core::tree::Rank;
 use dvmlab_core::uplink::Policy;
-use dvmlab_host::bootstrap::Prepared;
+use dvmlab_host::bootstrap::{Ancestors, Prepared};
 use dvmlab_proto::codec::{initiate, respond};
 use dvmlab_proto::limits::{
     EVENT_QUEUE, MAX_CONNECTIONS, MAX_LINK_QUEUE, MAX_PENDING_HANDSHAKES, OUTPUT_LOW_WATER,
@@ -298,6 +298,7 @@ pub async fn run(
         .iter()
         .map(|(r, c)| (*r, SocketAddr::new(c.addr, s.port)))
         .collect();
+    let redial = Arc::new(p.ancestors_by_name());
 
     let start = Instant::now();
     let now = || Now {
@@ -368,7 +369,7 @@ pub async fn run(
             match out {
                 Output::Net(Io::Connect { rank, delay }) => match addrs.get(&rank) {
                     Some(&addr) => {
-                        tokio::spawn(connect(ctx.clone(), rank, addr, delay));
+                        tokio::spawn(connect(ctx.clone(), rank, addr, delay, redial.clone()));
                     }
                     None => warn!("no address for rank {rank}; cannot connect"),
                 },
@@ -1091,8 +1092,15 @@ async fn after(delay: Duration) {
     }
 }
 
-async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
+async fn connect(
+    ctx: Arc<Ctx>,
+    rank: Rank,
+    booted: SocketAddr,
+    delay: Duration,
+    redial: Arc<Ancestors>,
+) {
     after(delay).await;
+    let addr = redial_address(&redial, rank, booted).await;
     match try_connect(&ctx, addr).await {
         Ok((stream, sealer, frames)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
@@ -1111,6 +1119,26 @@ async fn connect(ctx: Arc<Ctx>, rank: Rank, addr: SocketAddr, delay: Duration) {
                 .send(net(overlay::Input::UplinkFailed { rank, reason }))
                 .await;
         }
+    }
+}
+
+/// How long one lookup of an ancestor's name may take before its last address is used.
+const REDIAL_LOOKUP: Duration = Duration::from_secs(2);
+
+/// The address to dial `rank` at: its name resolved again (see [`Ancestors`]), else the
+/// address it had at bootstrap.
+async fn redial_address(redial: &Arc<Ancestors>, rank: Rank, booted: SocketAddr) -> SocketAddr {
+    let names = redial.clone();
+    let lookup = tokio::task::spawn_blocking(move || names.address(rank));
+    match tokio::time::timeout(REDIAL_LOOKUP, lookup).await {
+        Ok(Ok(Some(ip))) => {
+            let now = SocketAddr::new(ip, booted.port());
+            if now != booted {
+                debug!("rank {rank}'s host now resolves to {now} (at bootstrap: {booted})");
+            }
+            now
+        }
+        _ => booted,
     }
 }
 
