@@ -179,6 +179,31 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
         String::from_utf8_lossy(&built.stderr)
     );
 
+    // For a swarm of several machines the image goes to a registry; none is reachable here,
+    // so a push to a closed loopback port must fail saying where, and leave no tag behind.
+    let pushed = Command::new(LAB)
+        .args([
+            "image",
+            "--tag",
+            &image,
+            "--push",
+            "127.0.0.1:9",
+            "--bin-dir",
+            "target/static/x86_64-unknown-linux-gnu/release",
+        ])
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&pushed.stderr);
+    assert_eq!(pushed.status.code(), Some(1), "{err}");
+    assert!(err.contains("pushing to registry 127.0.0.1:9"), "{err}");
+    assert!(
+        !docker_out(&["image", "inspect", &format!("127.0.0.1:9/{image}")])
+            .status
+            .success(),
+        "the registry's tag is removed after a failed push"
+    );
+
     let dir = std::env::temp_dir().join(format!("dvmlab-lab-test-swarm-{pid}"));
     let stack = format!("dvmlab-swarm-test-{pid}");
     let _down = Down(
