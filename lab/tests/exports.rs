@@ -1,6 +1,7 @@
 //! `lab export`: the compose file is accepted by docker-compose's own validation (its
-//! Compose Specification schema), and the Kubernetes manifests are written where asked
-//! (their typed validation is a unit test of export.rs).
+//! Compose Specification schema), the swarm stack file by the docker CLI's, and the
+//! Kubernetes manifests are written where asked (their typed and cross-checks are unit
+//! tests of export.rs).
 
 use std::process::Command;
 
@@ -54,6 +55,48 @@ fn the_compose_export_passes_docker_composes_schema_validation() {
         "ipv6_address: fd00:210::12",
         "enable_ipv6: true",
         "init: true",
+    ] {
+        assert!(normalized.contains(want), "{want} missing:\n{normalized}");
+    }
+}
+
+#[test]
+fn the_swarm_export_passes_the_docker_clis_stack_validation() {
+    let dir = std::env::temp_dir().join(format!("dvmlab-swarm-export-{}", std::process::id()));
+    export(&["--swarm", "--nodes", "8", "--radix", "2"], &dir);
+    let six = Command::new(LAB)
+        .args(["export", "--swarm", "--ip", "6", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(six.status.code(), Some(2), "the swarm lab is IPv4 only");
+    let has_cli = Command::new("docker")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_cli {
+        let _ = std::fs::remove_dir_all(&dir);
+        return skip("exports", "no docker CLI to validate the stack file with");
+    }
+    // `docker stack config` checks the file against the CLI's stack schema (and loads the
+    // config and secret files it names) without a swarm.
+    let o = Command::new("docker")
+        .args(["stack", "config", "-c", "stack.yml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        o.status.success(),
+        "docker stack config rejects the file: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let normalized = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "node08",
+        "endpoint_mode: dnsrr",
+        "target: /etc/prte.conf",
+        "driver: overlay",
     ] {
         assert!(normalized.contains(want), "{want} missing:\n{normalized}");
     }
