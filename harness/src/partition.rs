@@ -68,30 +68,7 @@ impl Switch {
 
     /// Runs an nft script.
     pub fn nft(&self, script: &str) -> Result<String, String> {
-        let at = self.where_();
-        let mut child = self
-            .nft_command()
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("running nft in {at}: {e} (is nftables installed?)"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(script.as_bytes())
-                .map_err(|e| format!("nft script to {at}: {e}"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("nft in {at}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "nft in {at} refused:\n{script}\n{}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        run_nft(self.nft_command(), &self.where_(), script)
     }
 
     /// Lists one chain of the table, as nft's JSON.
@@ -152,6 +129,33 @@ impl Switch {
 /// probes that got through. IPv6 neighbour discovery crosses partitions, as ARP does for
 /// IPv4 (it is not IP): without it a probe could not even be sent, and the drop could not
 /// be shown; what a partition cuts is the hosts' IP traffic.
+/// Runs an nft script through `nft`, a command that ends in `nft` (it may enter a network
+/// namespace first); `at` names where, for errors. Its output.
+pub fn run_nft(mut nft: Command, at: &str, script: &str) -> Result<String, String> {
+    let mut child = nft
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running nft in {at}: {e} (is nftables installed?)"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|e| format!("nft script to {at}: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("nft in {at}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "nft in {at} refused:\n{script}\n{}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 pub(crate) fn table_script(t: &str) -> String {
     format!(
         "add table {t}\n\

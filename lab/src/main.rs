@@ -437,6 +437,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(if code == 0 { 0 } else { 1 })
         }
         Cmd::Grow { count, host } => {
+            if let Lab::Swarm(_) = which()? {
+                return Err(Failure(
+                    1,
+                    "the swarm lab cannot grow: its controller has no launch agent into other tasks (no spares)"
+                        .into(),
+                ));
+            }
             let hosts = if host.is_empty() {
                 free_spares(count)?
             } else {
@@ -685,13 +692,7 @@ fn free_spares(count: usize) -> Result<Vec<String>, Failure> {
     if count == 0 {
         return Err(Failure(2, "grow: a count of at least 1".into()));
     }
-    if let Lab::Swarm(_) = which()? {
-        return Err(Failure(
-            1,
-            "the swarm lab has no spares: its controller has no launch agent into other tasks"
-                .into(),
-        ));
-    }
+
     let about = keeper::ask(serde_json::json!({"op": "about"}))?;
     let spares: Vec<String> = about["spares"]
         .as_array()
@@ -795,42 +796,18 @@ fn up(
     };
     let t = Instant::now();
     let expect = plan.hosts().len() - hold.len();
-    let bar = ProgressBar::new(expect as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:40} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
     let on = keeper::backend_name(backend);
-    bar.set_message(format!("starting {expect} hosts on {on}"));
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = join_bar(expect, format!("starting {expect} hosts on {on}"));
     keeper::spawn_keeper(plan, hold, &bin, backend)?;
     bar.set_message("waiting for the daemons to join");
-    let argv = ["pctl", "status", "--json"].map(String::from);
-    let joined = dvmlab_harness::wait_until(timeout, Duration::from_millis(100), || {
-        let (code, out, err) = keeper::output(CONTROLLER, &argv)?;
-        if code != 0 {
-            return Err(err.trim().to_string());
-        }
-        let s: serde_json::Value =
-            serde_json::from_str(&out).map_err(|e| format!("status is not JSON: {e}"))?;
-        let joined = s["joined"].as_u64().unwrap_or(0) as usize;
-        bar.set_position(joined as u64);
-        if joined >= expect {
-            Ok(())
-        } else {
-            Err(format!("{joined} of {expect} daemons joined"))
-        }
-    });
-    if let Err(e) = joined {
-        bar.finish_and_clear();
-        return Err(Failure(
+    wait_joined(&bar, expect, timeout, Duration::from_millis(100)).map_err(|e| {
+        Failure(
             1,
             format!(
                 "the DVM did not form: {e} (see `lab logs {CONTROLLER}`; `lab down` removes the lab)"
             ),
-        ));
-    }
-    bar.finish_and_clear();
+        )
+    })?;
     let about = keeper::ask(serde_json::json!({"op": "about"}))?;
     dvmlab_host::outln!(
         "lab up on {on} (run {}): {expect} of {} daemons joined in {:.1} s{}",
@@ -850,7 +827,52 @@ fn up(
             names.join(", ")
         );
     }
-    let (_, table, _) = keeper::output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
+    print_table()
+}
+
+/// `up`'s progress: daemons joined out of `expect`, saying `msg`.
+fn join_bar(expect: usize, msg: String) -> ProgressBar {
+    let bar = ProgressBar::new(expect as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:40} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(msg);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Waits until `expect` daemons have joined, reading the controller's status of the lab
+/// that is up every `poll` and moving `bar`, which is cleared either way.
+fn wait_joined(
+    bar: &ProgressBar,
+    expect: usize,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<(), String> {
+    let argv = ["pctl", "status", "--json"].map(String::from);
+    let joined = dvmlab_harness::wait_until(timeout, poll, || {
+        let (code, out, err) = output_on(CONTROLLER, &argv)?;
+        if code != 0 {
+            return Err(err.trim().to_string());
+        }
+        let s: serde_json::Value =
+            serde_json::from_str(&out).map_err(|e| format!("status is not JSON: {e}"))?;
+        let joined = s["joined"].as_u64().unwrap_or(0) as usize;
+        bar.set_position(joined as u64);
+        if joined >= expect {
+            Ok(())
+        } else {
+            Err(format!("{joined} of {expect} daemons joined"))
+        }
+    });
+    bar.finish_and_clear();
+    joined
+}
+
+/// The controller's status table, as `up` ends with it.
+fn print_table() -> Result<u8, Failure> {
+    let (_, table, _) = output_on(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
     dvmlab_host::stdout::bytes(table.as_bytes());
     Ok(0)
 }
@@ -872,40 +894,17 @@ fn up_swarm(
     }
     let t = Instant::now();
     let expect = plan.hosts().len() - hold.len();
-    let bar = ProgressBar::new(expect as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed}] {bar:40} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message(format!("deploying {expect} services on the swarm"));
-    bar.enable_steady_tick(Duration::from_millis(200));
-    let lab = swarm::Lab::deploy(plan, image, stack, hold)?;
+    let bar = join_bar(expect, format!("deploying {expect} services on the swarm"));
+    swarm::Lab::deploy(plan, image, stack, hold)?;
     bar.set_message("waiting for the tasks to start and the daemons to join");
-    let argv = ["pctl", "status", "--json"].map(String::from);
-    let joined = dvmlab_harness::wait_until(timeout, Duration::from_millis(250), || {
-        let (code, out, err) = lab.output(CONTROLLER, &argv)?;
-        if code != 0 {
-            return Err(err.trim().to_string());
-        }
-        let s: serde_json::Value =
-            serde_json::from_str(&out).map_err(|e| format!("status is not JSON: {e}"))?;
-        let joined = s["joined"].as_u64().unwrap_or(0) as usize;
-        bar.set_position(joined as u64);
-        if joined >= expect {
-            Ok(())
-        } else {
-            Err(format!("{joined} of {expect} daemons joined"))
-        }
-    });
-    bar.finish_and_clear();
-    if let Err(e) = joined {
-        return Err(Failure(
+    wait_joined(&bar, expect, timeout, Duration::from_millis(250)).map_err(|e| {
+        Failure(
             1,
             format!(
                 "the DVM did not form: {e} (see `lab logs {CONTROLLER}` and `docker stack ps {stack}`; `lab down` removes the stack)"
             ),
-        ));
-    }
+        )
+    })?;
     dvmlab_host::outln!(
         "lab up on the swarm (stack {stack}, image {image}): {expect} of {} daemons joined in {:.1} s{}",
         plan.hosts().len(),
@@ -916,7 +915,5 @@ fn up_swarm(
             format!("; held for late-boot: {}", hold.join(", "))
         }
     );
-    let (_, table, _) = lab.output(CONTROLLER, &["pctl".to_string(), "status".to_string()])?;
-    dvmlab_host::stdout::bytes(table.as_bytes());
-    Ok(0)
+    print_table()
 }

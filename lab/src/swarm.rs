@@ -181,8 +181,9 @@ impl Lab {
     }
 
     /// Deploys the stack of `plan` and records it; returns once the engine took it (the
-    /// tasks may still be starting).
-    pub fn deploy(plan: &Plan, image: &str, stack: &str, hold: &[String]) -> Result<Lab, String> {
+    /// tasks may still be starting). The record is written first, so that `lab down`
+    /// removes what a deploy that failed half way made.
+    pub fn deploy(plan: &Plan, image: &str, stack: &str, hold: &[String]) -> Result<(), String> {
         manager_here()?;
         docker(&["image", "inspect", "--format", "{{.Id}}", image]).map_err(|_| {
             format!(
@@ -197,10 +198,6 @@ impl Lab {
             std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
         }
         dvmlab_host::keyfile::generate(&dir.join("dvm.key"))?;
-        let lab = Lab {
-            stack: stack.to_string(),
-            plan: plan.clone(),
-        };
         let record =
             json!({"stack": stack, "nodes": plan.nodes, "radix": plan.radix, "image": image});
         std::fs::write(marker(), record.to_string())
@@ -217,8 +214,9 @@ impl Lab {
             "-c",
             &file,
             stack,
-        ])?;
-        Ok(lab)
+        ])
+        .map_err(|e| format!("{e} (`lab down` removes what it made)"))?;
+        Ok(())
     }
 
     fn service(&self, host: &str) -> Result<String, String> {
@@ -343,7 +341,9 @@ impl Lab {
     pub fn heal(&self) -> Result<(), String> {
         for h in self.plan.hosts() {
             if self.container(&h.name, "running").is_ok() {
-                let _ = self.nft_in(&h.name, &format!("delete table inet {PARTITION_TABLE}\n"));
+                // Declared first, so that a task without the table is no error.
+                let t = PARTITION_TABLE;
+                self.nft_in(&h.name, &format!("table inet {t}\ndelete table inet {t}\n"))?;
             }
         }
         Ok(())
@@ -356,30 +356,11 @@ impl Lab {
             .to_string())
     }
 
+    /// Runs an nft script in the network namespace of `host`'s task.
     fn nft_in(&self, host: &str, script: &str) -> Result<(), String> {
-        use std::io::Write;
-        let pid = self.pid(host)?;
-        let mut child = Command::new("nsenter")
-            .args(["-t", &pid, "-n", "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("{host}: nsenter nft: {e}"))?;
-        if let Some(mut i) = child.stdin.take() {
-            i.write_all(script.as_bytes())
-                .map_err(|e| format!("{host}: nft: {e}"))?;
-        }
-        let o = child
-            .wait_with_output()
-            .map_err(|e| format!("{host}: nft: {e}"))?;
-        if !o.status.success() {
-            return Err(format!(
-                "{host}: nft: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ));
-        }
-        Ok(())
+        let mut nft = Command::new("nsenter");
+        nft.args(["-t", &self.pid(host)?, "-n", "nft"]);
+        dvmlab_harness::partition::run_nft(nft, &format!("{host}'s task"), script).map(|_| ())
     }
 
     /// The overlay addresses of the tasks of `hosts` on this machine.
