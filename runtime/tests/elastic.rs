@@ -13,6 +13,7 @@ use dvmlab_proto::contract::{MemberState, StatusReport};
 use serde_json::Value;
 
 pub const PALLOC: &str = env!("CARGO_BIN_EXE_palloc");
+pub const PLAUNCH: &str = env!("CARGO_BIN_EXE_plaunch");
 
 /// How an elastic test DVM is set up.
 #[derive(Default)]
@@ -26,6 +27,8 @@ struct Setup<'a> {
     /// More `prte.conf` keys.
     conf: &'a [(&'a str, &'a str)],
     needs: Option<Needs>,
+    /// The launch agent's words in place of the harness's.
+    agent: Option<&'a str>,
 }
 
 /// An elastic DVM of `ctl` and `n` nodes, formed, with `spares` spare hosts `g01…` that
@@ -62,7 +65,10 @@ fn elastic_with(test: &str, n: usize, spares: usize, setup: Setup) -> Option<Dvm
     let mut argv = vec![PRTED.to_string(), "--bootstrap".to_string()];
     let mut pairs = vec![
         ("prte_elastic_mode", "1"),
-        ("plm_ssh_agent", agent.to_str().unwrap()),
+        (
+            "plm_ssh_agent",
+            setup.agent.unwrap_or(agent.to_str().unwrap()),
+        ),
         ("dvmlab_launch_timeout", "20"),
         ("state_base_verbose", "1"),
     ];
@@ -698,4 +704,106 @@ fn a_grow_with_one_daemon_wired_and_one_failed_is_undone_and_the_wired_one_leave
     assert_eq!(state_of(&s, "g02"), Some(MemberState::Departed));
     assert!(s.formed && s.campaigns.is_empty(), "{s:?}");
     dvm.stop_cleanly(&ctl_and_nodes(2).1);
+}
+
+/// A host with no way in but the launch service: the controller's agent is `plaunch run`,
+/// and the spare serves `plaunch serve` (no harness agent, no ssh), as swarm tasks and pods
+/// do. The DVM grows onto it, runs a job there, shrinks off it (the service sees its daemon
+/// end) and grows onto it again.
+#[test]
+fn a_dvm_grows_through_the_launch_service_onto_a_host_with_no_other_way_in_and_off_it_again() {
+    let agent = format!("{PLAUNCH} run");
+    let Some(dvm) = elastic_with(
+        "elastic-plaunch",
+        2,
+        1,
+        Setup {
+            agent: Some(&agent),
+            needs: Some(Needs::Netns),
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let log = dvm.cluster.run_dir().join("g01-plaunch.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut serve = dvm
+        .cluster
+        .command(
+            "g01",
+            &[
+                PLAUNCH.into(),
+                "serve".into(),
+                "--allow".into(),
+                PRTED.into(),
+            ],
+        )
+        .unwrap();
+    serve
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    let mut serve = serve.spawn().unwrap();
+    let said = |what: &str| {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches(what)
+            .count()
+    };
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        (said("serving on") == 1)
+            .then_some(())
+            .ok_or("plaunch serve never said it serves".to_string())
+    })
+    .unwrap();
+    let show = |dvm: &Dvm| {
+        format!(
+            "plaunch on g01:\n{}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default(),
+            dvm.cluster.logs_tail(40)
+        )
+    };
+
+    let (ok, out, err) = dvm.pctl(&["grow", "--add-host", "g01", "--wait"]);
+    assert!(ok, "grow: {out} {err}\n{}", show(&dvm));
+    assert_eq!(
+        state_of(&dvm.status().unwrap(), "g01"),
+        Some(MemberState::Joined)
+    );
+    assert_eq!(said("started pid"), 1, "{}", show(&dvm));
+    let (code, out, err) = prun(&dvm, &["--", "hostname"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.lines().any(|l| l.trim() == "g01"),
+        "no process on g01: {out}"
+    );
+
+    let (ok, out, err) = dvm.pctl(&["shrink", "g01", "--wait"]);
+    assert!(ok, "shrink: {out} {err}\n{}", show(&dvm));
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        (said("ended: exit status: 0") == 1)
+            .then_some(())
+            .ok_or("the service never saw its daemon leave cleanly".to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", show(&dvm)));
+
+    let (ok, out, err) = dvm.pctl(&["grow", "--add-host", "g01", "--wait"]);
+    assert!(ok, "grow again: {out} {err}\n{}", show(&dvm));
+    assert_eq!(said("started pid"), 2, "{}", show(&dvm));
+    let s = dvm.status().unwrap();
+    assert_eq!(state_of(&s, "g01"), Some(MemberState::Joined), "{s:?}");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let st = serve.wait().unwrap();
+    assert!(st.success(), "plaunch serve: {st}\n{}", show(&dvm));
+    assert_eq!(
+        said("ended"),
+        2,
+        "the service took its daemon with it\n{}",
+        show(&dvm)
+    );
 }

@@ -178,3 +178,74 @@ pub async fn respond<S: AsyncRead + AsyncWrite + Unpin>(
         .map_err(|e| format!("key handshake: {e}"))?;
     Ok(channel)
 }
+
+/// Sends `plain` (at most [`crate::secure::MAX_RECORD_PLAIN`] bytes) as one record of the
+/// secure channel: a message exchange that needs no frames (the launch service's).
+pub async fn write_sealed<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    sealer: &mut Sealer,
+    plain: &[u8],
+) -> Result<(), String> {
+    if plain.len() > crate::secure::MAX_RECORD_PLAIN {
+        return Err(format!(
+            "a message of {} bytes does not fit one record ({} at most)",
+            plain.len(),
+            crate::secure::MAX_RECORD_PLAIN
+        ));
+    }
+    let mut out = BytesMut::new();
+    sealer.seal(plain, &mut out)?;
+    s.write_all(&out).await.map_err(|e| format!("sending: {e}"))
+}
+
+/// Reads one record of the secure channel and opens it; an error for a connection that
+/// ends first or a record that does not authenticate.
+pub async fn read_sealed<S: AsyncRead + Unpin>(
+    s: &mut S,
+    opener: &mut Opener,
+) -> Result<Vec<u8>, String> {
+    let mut len = [0u8; 2];
+    s.read_exact(&mut len)
+        .await
+        .map_err(|e| format!("closed before a message ({e})"))?;
+    let mut record = vec![0u8; u16::from_be_bytes(len) as usize];
+    s.read_exact(&mut record)
+        .await
+        .map_err(|e| format!("closed in the middle of a message ({e})"))?;
+    let mut plain = Vec::new();
+    opener.open(&len, &mut plain)?;
+    opener.open(&record, &mut plain)?;
+    Ok(plain)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sealed_message_reaches_only_a_holder_of_the_key_and_arrives_whole() {
+        let key = DvmKey::from_bytes([3; 32]);
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let k = key.clone();
+        let server = tokio::spawn(async move {
+            let (_, mut opener) = respond(&mut b, &k).await?.split();
+            read_sealed(&mut b, &mut opener).await
+        });
+        let (mut sealer, _) = initiate(&mut a, &key).await.unwrap().split();
+        let msg: Vec<u8> = (0..60_000u32).map(|i| i as u8).collect();
+        write_sealed(&mut a, &mut sealer, &msg).await.unwrap();
+        assert_eq!(server.await.unwrap().unwrap(), msg);
+        let too_big = vec![0u8; crate::secure::MAX_RECORD_PLAIN + 1];
+        let e = write_sealed(&mut a, &mut sealer, &too_big)
+            .await
+            .unwrap_err();
+        assert!(e.contains("does not fit one record"), "{e}");
+
+        let (mut a, mut b) = tokio::io::duplex(1 << 20);
+        let server = tokio::spawn(async move { respond(&mut b, &key).await.map(|_| ()) });
+        let e = initiate(&mut a, &DvmKey::from_bytes([4; 32])).await;
+        assert!(e.is_err(), "a stranger's handshake must not verify");
+        let e = server.await.unwrap().unwrap_err();
+        assert!(e.contains("does not hold the DVM key"), "{e}");
+    }
+}

@@ -62,3 +62,13 @@ pub const MAX_STDIN_QUEUE: usize = 2 * STDIN_WINDOW;
 
 /// Pings the controller waits for at once.
 pub const MAX_PENDING_PINGS: usize = 1024;
+
+/// Words in the command line of one launch request (`plaunch`).
+pub const MAX_LAUNCH_WORDS: usize = 4096;
+
+/// Callers a launch service (`plaunch serve`) serves at once; more are closed at once.
+pub const MAX_LAUNCH_CALLERS: usize = 16;
+
+/// Seconds a launch service's caller has for the key handshake, its request and reading the
+/// reply; then it is closed.
+pub const LAUNCH_EXCHANGE_SECS: u64 = 10;

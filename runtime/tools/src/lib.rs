@@ -1,5 +1,6 @@
 //! The tools: the client side of the wire ([`client`]), the events client library
-//! ([`events`]), `pctl`, `prun`, `pevent` and `palloc`. Each command's
+//! ([`events`]), `pctl`, `prun`, `pevent`, `palloc` and `plaunch`
+//! (the launch service for hosts without ssh). Each command's
 //! `main` is called by the thin binary of the same name in `dvmlab-runtime`.
 
 pub mod client;
@@ -7,6 +8,7 @@ pub mod events;
 pub mod palloc;
 pub mod pctl;
 pub mod pevent;
+pub mod plaunch;
 pub mod prun;
 
 /// Runs a tool's work on a current-thread runtime: exits with its code, or prints
