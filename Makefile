@@ -167,7 +167,7 @@ lab-swarm: lab-image
 	  echo "making this engine a one-node swarm (docker swarm leave --force undoes it)"; \
 	  docker swarm init --advertise-addr 127.0.0.1 >/dev/null; \
 	fi
-	$(LAB) up --swarm --nodes $(NODES) --radix $(RADIX)
+	$(LAB) up --swarm --nodes $(NODES) --radix $(RADIX) --spares $(SPARES)
 
 ## The FROM-scratch image `lab export` runs (compose, Kubernetes).
 lab-image: lab-bins

@@ -28,7 +28,7 @@ const ETC: &[(&str, &str)] = &[
 
 /// Where the build takes its files from.
 pub struct Sources {
-    /// Directory with statically linked `prted`, `pctl` and `prun`.
+    /// Directory with the statically linked runtime binaries (`prted`, the tools, `plaunch`).
     pub bin_dir: PathBuf,
     /// A statically linked busybox (Debian's `busybox-static` installs `/bin/busybox`).
     pub busybox: PathBuf,
@@ -38,7 +38,7 @@ pub struct Sources {
 pub fn context(src: &Sources) -> Result<Vec<u8>, String> {
     let mut tar = tar::Builder::new(Vec::new());
     add_bytes(&mut tar, "Dockerfile", DOCKERFILE.as_bytes(), 0o644)?;
-    for bin in ["prted", "pctl", "prun"] {
+    for bin in ["prted", "pctl", "prun", "palloc", "pevent", "plaunch"] {
         let path = src.bin_dir.join(bin);
         add_static_binary(&mut tar, &format!("rootfs/bin/{bin}"), &path)?;
     }

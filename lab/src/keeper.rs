@@ -343,7 +343,6 @@ fn serve(
                 "backend": backend_name(backend),
                 "run": run,
                 "pid": std::process::id(),
-                "spares": plan.spare_hosts().into_iter().map(|h| h.name).collect::<Vec<_>>(),
             }),
         );
         return false;

@@ -171,6 +171,9 @@ enum Cmd {
         /// The image the swarm stack's tasks run.
         #[arg(long, default_value = image::IMAGE)]
         image: String,
+        /// Spare hosts spare01… in the swarm stack, for the DVM to grow onto.
+        #[arg(long, default_value_t = 0, requires = "swarm")]
+        spares: usize,
         #[command(flatten)]
         plan: PlanArgs,
         /// Kubernetes namespace the pods' DNS search list names.
@@ -437,13 +440,6 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(if code == 0 { 0 } else { 1 })
         }
         Cmd::Grow { count, host } => {
-            if let Lab::Swarm(_) = which()? {
-                return Err(Failure(
-                    1,
-                    "the swarm lab cannot grow: its controller has no launch agent into other tasks (no spares)"
-                        .into(),
-                ));
-            }
             let hosts = if host.is_empty() {
                 free_spares(count)?
             } else {
@@ -505,11 +501,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             compose: _,
             swarm,
             image,
+            spares,
             plan,
             namespace,
             out,
         } => {
-            let plan = plan.plan()?;
+            let plan = plan
+                .plan()?
+                .with_spares(spares)
+                .map_err(|e| Failure(2, e))?;
             if swarm && plan.ip != IpVersion::V4 {
                 return Err(Failure(2, SWARM_V4.into()));
             }
@@ -612,16 +612,18 @@ fn output_on(host: &str, argv: &[String]) -> Result<(i64, String, String), Strin
 /// Swarm's overlay networks here carry the lab in IPv4 only.
 const SWARM_V4: &str = "the swarm lab runs IPv4 on its overlay network (--ip 4)";
 
-/// Every host of the lab: name, its daemon's state, whether it is a spare.
+/// Every host of the lab: name, its daemon's state, whether it is a spare. (A swarm
+/// task's state is its container's: on a spare, that of the launch service.)
 fn hosts() -> Result<Vec<(String, String, bool)>, String> {
     if let Lab::Swarm(l) = which()? {
         return Ok(l
             .plan
-            .hosts()
+            .all_hosts()
             .into_iter()
             .map(|h| {
                 let state = l.state(&h.name);
-                (h.name, state, false)
+                let spare = l.plan.is_spare(&h.name);
+                (h.name, state, spare)
             })
             .collect());
     }
@@ -693,12 +695,10 @@ fn free_spares(count: usize) -> Result<Vec<String>, Failure> {
         return Err(Failure(2, "grow: a count of at least 1".into()));
     }
 
-    let about = keeper::ask(serde_json::json!({"op": "about"}))?;
-    let spares: Vec<String> = about["spares"]
-        .as_array()
+    let spares: Vec<String> = hosts()?
         .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_string))
+        .filter(|(_, _, spare)| *spare)
+        .map(|(h, _, _)| h)
         .collect();
     let inside = members(&controller_json(&["status"])?);
     let free: Vec<String> = spares.into_iter().filter(|s| !inside.contains(s)).collect();
@@ -820,6 +820,12 @@ fn up(
             format!("; held for late-boot: {}", hold.join(", "))
         }
     );
+    print_spares(plan);
+    print_table()
+}
+
+/// `up`'s line naming the spares, if there are any.
+fn print_spares(plan: &Plan) {
     if plan.spares > 0 {
         let names: Vec<String> = plan.spare_hosts().into_iter().map(|h| h.name).collect();
         dvmlab_host::outln!(
@@ -827,7 +833,6 @@ fn up(
             names.join(", ")
         );
     }
-    print_table()
 }
 
 /// `up`'s progress: daemons joined out of `expect`, saying `msg`.
@@ -886,9 +891,6 @@ fn up_swarm(
     stack: &str,
     timeout: Duration,
 ) -> Result<u8, Failure> {
-    if plan.spares > 0 {
-        return Err(Failure(2, "the swarm lab has no spares (--spares)".into()));
-    }
     if plan.ip != IpVersion::V4 {
         return Err(Failure(2, SWARM_V4.into()));
     }
@@ -915,5 +917,6 @@ fn up_swarm(
             format!("; held for late-boot: {}", hold.join(", "))
         }
     );
+    print_spares(plan);
     print_table()
 }

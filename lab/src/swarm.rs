@@ -11,6 +11,9 @@
 //! swarm of many machines they reach the tasks that run here; `lab logs` (the swarm's
 //! service logs) and `restart`/`late-boot` (service updates) reach every task.
 //!
+//! The DVM is elastic: every task runs the runtime's launch service (`plaunch`), which is
+//! how the controller starts daemons in other tasks, spares (`--spares`) included.
+//!
 //! A swarm lab is remembered by a file in the lab's directory (see [`keeper::dir`]); the
 //! stack's files (stack.yml, prte.conf, dvm.key) are kept beside it.
 
@@ -31,6 +34,8 @@ pub const STACK: &str = "dvmlab-lab";
 pub const SUBNET: &str = "10.211.0.0/16";
 /// Where a task finds the DVM key: swarm secrets are files under /run/secrets.
 pub const KEY_PATH: &str = "/run/secrets/dvm.key";
+/// The controller's launch agent: the launch service of the target's task.
+pub const AGENT: &str = "/bin/plaunch run";
 const CONFIG: &str = "prte_conf";
 const SECRET: &str = "dvm_key";
 /// How long `down` waits for the engine to remove the stack's containers and network.
@@ -60,31 +65,53 @@ pub fn conf(plan: &Plan) -> String {
     )
 }
 
-/// The stack file for `docker stack deploy`: a service per host, IPv4 on an overlay
-/// network of its own (hosts in `hold` deployed with no task, for `late-boot`).
+/// The stack file for `docker stack deploy`: a service per host and spare, IPv4 on an
+/// overlay network of its own (hosts in `hold` deployed with no task, for `late-boot`).
+///
+/// Every task runs the launch service, `plaunch serve`, which is how the controller starts
+/// daemons in other tasks (there is no ssh): on a spare it only serves; on the DVM's hosts
+/// it also boots the host's daemon (`--boot`) and fails with it, so a crashed daemon's task
+/// is restarted as a crashed node is rebooted, while a daemon that left (a shrink) leaves a
+/// host the DVM can grow onto again. The DVM is elastic, its agent `plaunch run`.
 pub fn stack_file(plan: &Plan, image: &str, hold: &[String]) -> Result<String, String> {
     for h in hold {
+        if plan.is_spare(h) {
+            return Err(format!("{h} is a spare: it has no daemon to hold"));
+        }
         plan.host(h)?;
     }
     let mut services = serde_json::Map::new();
-    for h in plan.hosts() {
+    for h in plan.all_hosts() {
         let replicas = if hold.contains(&h.name) { 0 } else { 1 };
+        let entrypoint = if plan.is_spare(&h.name) {
+            json!(["/bin/plaunch", "serve"])
+        } else {
+            json!(["/bin/plaunch", "serve", "--boot", "--", "--bootstrap"])
+        };
         services.insert(
             h.name.clone(),
             json!({
                 "image": image,
                 "hostname": h.name,
+                "entrypoint": entrypoint,
                 "init": true,
                 "stop_grace_period": "5s",
-                "environment": {"DVMLAB_LOG": "info"},
+                "environment": {
+                    "DVMLAB_LOG": "info",
+                    "PRTE_MCA_prte_elastic_mode": "1",
+                    "PRTE_MCA_plm_ssh_agent": AGENT,
+                    // The controller logs when a job waits for a campaign.
+                    "PRTE_MCA_state_base_verbose": "1",
+                },
                 "configs": [{"source": CONFIG, "target": "/etc/prte.conf", "mode": 0o444}],
                 "secrets": [{"source": SECRET, "target": "dvm.key", "mode": 0o400}],
                 "networks": ["dvm"],
                 "deploy": {
                     "endpoint_mode": "dnsrr",
                     "replicas": replicas,
-                    // A task that dies is replaced, as a crashed node is rebooted.
-                    "restart_policy": {"condition": "any", "delay": "2s"},
+                    // A task that fails is replaced, as a crashed node is rebooted; one
+                    // whose daemon left cleanly stays (it still serves launches).
+                    "restart_policy": {"condition": "on-failure", "delay": "2s"},
                 },
             }),
         );
@@ -173,7 +200,8 @@ impl Lab {
                 .ok_or_else(|| format!("{}: no {k}", path.display()))
         };
         let ip = crate::plan::IpVersion::V4;
-        let plan = Plan::new(num("nodes")? as usize, num("radix")? as u32, ip)?;
+        let plan = Plan::new(num("nodes")? as usize, num("radix")? as u32, ip)?
+            .with_spares(v["spares"].as_u64().unwrap_or(0) as usize)?;
         Ok(Some(Lab {
             stack: field("stack")?,
             plan,
@@ -198,8 +226,10 @@ impl Lab {
             std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
         }
         dvmlab_host::keyfile::generate(&dir.join("dvm.key"))?;
-        let record =
-            json!({"stack": stack, "nodes": plan.nodes, "radix": plan.radix, "image": image});
+        let record = json!({
+            "stack": stack, "nodes": plan.nodes, "radix": plan.radix, "spares": plan.spares,
+            "image": image,
+        });
         std::fs::write(marker(), record.to_string())
             .map_err(|e| format!("{}: {e}", marker().display()))?;
         let file = dir.join("stack.yml");
@@ -339,7 +369,7 @@ impl Lab {
 
     /// Removes every partition rule from the tasks on this machine.
     pub fn heal(&self) -> Result<(), String> {
-        for h in self.plan.hosts() {
+        for h in self.plan.all_hosts() {
             if self.container(&h.name, "running").is_ok() {
                 // Declared first, so that a task without the table is no error.
                 let t = PARTITION_TABLE;
@@ -407,7 +437,7 @@ impl Lab {
     /// Removes the stack (services, config, secret, network) and waits until the engine has
     /// removed its containers and network; then the lab's directory.
     pub fn remove(self) -> Result<usize, String> {
-        let n = self.plan.hosts().len();
+        let n = self.plan.all_hosts().len();
         docker(&["stack", "rm", &self.stack])?;
         let label = format!("label=com.docker.stack.namespace={}", self.stack);
         dvmlab_harness::wait_until(DOWN_LIMIT, Duration::from_millis(200), || {
@@ -463,7 +493,10 @@ mod tests {
     #[test]
     fn the_stack_file_names_each_host_once_and_its_prte_conf_lists_them_for_the_runtime() {
         use dvmlab_core::conf::{reader::ConfFile, settings::Params, settings::Settings};
-        let plan = Plan::new(12, 3, IpVersion::V4).unwrap();
+        let plan = Plan::new(12, 3, IpVersion::V4)
+            .unwrap()
+            .with_spares(2)
+            .unwrap();
         let files = files(
             &plan,
             "registry.example:5000/dvmlab-lab:latest",
@@ -473,8 +506,35 @@ mod tests {
         let stack: Value = serde_norway::from_str(&files[0].1).unwrap();
         let services = stack["services"].as_object().unwrap();
         let names: Vec<String> = plan.hosts().into_iter().map(|h| h.name).collect();
-        assert_eq!(services.len(), names.len());
+        assert_eq!(services.len(), names.len() + 2, "the hosts and the spares");
+        for spare in ["spare01", "spare02"] {
+            let s = &services[spare];
+            assert_eq!(s["hostname"], spare);
+            assert_eq!(
+                s["entrypoint"],
+                serde_json::json!(["/bin/plaunch", "serve"]),
+                "a spare only serves launches"
+            );
+            assert_eq!(s["deploy"]["replicas"], 1);
+        }
+        for name in names.iter().chain(["spare01".to_string()].iter()) {
+            let env = &services[name]["environment"];
+            assert_eq!(env["PRTE_MCA_prte_elastic_mode"], "1", "{name}");
+            assert_eq!(
+                env["PRTE_MCA_plm_ssh_agent"], AGENT,
+                "the agent the controller runs, and the one a launched daemon inherits"
+            );
+            assert_eq!(
+                services[name]["deploy"]["restart_policy"]["condition"], "on-failure",
+                "a daemon that left is not started again"
+            );
+        }
         for name in &names {
+            assert_eq!(
+                services[name]["entrypoint"],
+                serde_json::json!(["/bin/plaunch", "serve", "--boot", "--", "--bootstrap"]),
+                "{name} boots its daemon and serves launches"
+            );
             let s = &services[name];
             assert_eq!(
                 s["hostname"],
@@ -532,9 +592,14 @@ mod tests {
     }
 
     #[test]
-    fn a_held_host_must_be_in_the_plan() {
-        let plan = Plan::new(4, 2, IpVersion::V4).unwrap();
+    fn a_held_host_must_be_in_the_plan_and_not_a_spare() {
+        let plan = Plan::new(4, 2, IpVersion::V4)
+            .unwrap()
+            .with_spares(1)
+            .unwrap();
         let e = stack_file(&plan, "i", &["node09".into()]).unwrap_err();
         assert!(e.contains("no host node09"), "{e}");
+        let e = stack_file(&plan, "i", &["spare01".into()]).unwrap_err();
+        assert!(e.contains("spare01 is a spare"), "{e}");
     }
 }

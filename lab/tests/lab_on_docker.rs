@@ -1,7 +1,8 @@
 //! The lab end to end on the Docker engine: on the harness's docker backend every lab
 //! command, and `down` leaving no container or network of the lab's run behind; and on the
-//! engine's swarm mode (`lab up --swarm`, one-node swarm) the same commands, a killed task
-//! replaced by the swarm, and the swarm left as found. Needs root and a Docker engine (and,
+//! engine's swarm mode (`lab up --swarm`, one-node swarm) the same commands, grow and
+//! shrink through the tasks' launch service, a killed task replaced by the swarm, and the
+//! swarm left as found. Needs root and a Docker engine (and,
 //! for the swarm, the docker CLI and a static busybox); says so loudly otherwise.
 
 use std::process::Command;
@@ -196,7 +197,7 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
     let stack = format!("dvmlab-swarm-test-{pid}");
     let _down = Down(
         dir.clone(),
-        &["ctl", "node01", "node02", "node05", "node07"],
+        &["ctl", "node01", "node02", "node07", "node15", "spare01"],
     );
     let up = ok_in(
         &dir,
@@ -213,11 +214,17 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
             "4",
             "--hold",
             "node16",
+            "--spares",
+            "2",
             "--timeout",
             "180",
         ],
     );
-    assert!(up.contains("16 of 17 daemons joined"), "{up}");
+    assert!(
+        up.contains("16 of 17 daemons joined")
+            && up.contains("spares for `lab grow` and `lab alloc`: spare01, spare02"),
+        "{up}"
+    );
     let again = lab_in(&dir, &["up", "--swarm", "--image", &image]);
     assert_eq!(again.status.code(), Some(1), "a second up is refused");
     assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
@@ -238,6 +245,28 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
         "lab run exits with the job's status"
     );
 
+    // Elastic: the controller starts daemons in other tasks through their launch service
+    // (plaunch), as the keeper's lab does through its agent.
+    let grown = ok_in(&dir, &["grow", "1"]);
+    assert!(grown.contains("done: allocation"), "{grown}");
+    wait_state(&dir, "spare01", "joined");
+    let names = ok_in(&dir, &["run", "--", "hostname"]);
+    assert!(names.lines().any(|l| l == "spare01"), "{names}");
+    let shrunk = ok_in(&dir, &["shrink", "spare01,node15"]);
+    assert!(shrunk.contains("done: allocation"), "{shrunk}");
+    let s = ok_in(&dir, &["status"]);
+    assert!(
+        s.contains("left the DVM (`lab grow --host` adds them again): node15")
+            && s.contains("spares not in the DVM: spare01, spare02"),
+        "{s}"
+    );
+    // node15's daemon left cleanly, so its task stayed and serves launches: it comes back.
+    ok_in(&dir, &["grow", "--host", "node15"]);
+    wait_state(&dir, "node15", "joined");
+    let alloc = ok_in(&dir, &["alloc", "new", "--host", "spare02", "--json"]);
+    assert!(alloc.contains("PMIX_DVM_IS_READY"), "{alloc}");
+    wait_state(&dir, "spare02", "joined");
+
     // A killed task: the DVM loses the node, the swarm starts a new task in its place
     // (another container, the same name, another address), its daemon joins again, and
     // its children, which knew it by its old address, find it under its name: at radix 4
@@ -254,7 +283,7 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|m| m["tree_parent"] == 1)
+            .filter(|m| m["tree_parent"] == 1 && m["state"] != "departed")
             .all(|m| m["parent"] == 1 && m["state"] == "joined");
         (s["formed"] == true && under_node01)
             .then_some(())

@@ -49,11 +49,11 @@ impl Site {
 
     /// A program for the service to start: a shell script that records its arguments in
     /// `started`, then waits until `release` exists (or the site is gone, so that a failed
-    /// test leaves nothing running).
+    /// test leaves nothing running) and exits with the status written there.
     fn daemon(&self) -> String {
         let p = self.path("daemon");
         let script = format!(
-            "#!/bin/sh\necho \"$@\" >> {started}\nwhile [ -d {dir} ] && [ ! -e {release} ]; do sleep 0.05; done\n",
+            "#!/bin/sh\necho \"$@\" >> {started}\nwhile [ -d {dir} ] && [ ! -e {release} ]; do sleep 0.05; done\ncode=$(cat {release} 2>/dev/null)\nexit ${{code:-0}}\n",
             dir = self.dir.display(),
             started = self.path("started").display(),
             release = self.path("release").display()
@@ -359,4 +359,39 @@ fn callers_past_the_limit_are_closed_at_once_and_silent_ones_do_not_keep_the_ser
     assert_eq!(code, Some(0), "{err}");
     std::fs::write(site.path("release"), "").unwrap();
     svc.wait_line("ended");
+}
+
+#[test]
+fn a_host_boots_its_own_daemon_and_serves_launches_once_it_left_cleanly() {
+    let site = Site::new("boot");
+    let conf = site.path("prte.conf").display().to_string();
+    let daemon = site.daemon();
+    let mut svc = Service::start(&conf, &["--allow", &daemon, "--boot", "--", "--bootstrap"]);
+    svc.wait_line("booted pid");
+    let (code, err) = run(&conf, svc.port(), &[&daemon]);
+    assert_eq!(code, Some(1), "its own daemon counts: {err}");
+    assert!(err.contains("still run"), "{err}");
+    std::fs::write(site.path("release"), "0").unwrap();
+    svc.wait_line("ended: exit status: 0");
+    std::fs::remove_file(site.path("release")).unwrap();
+    let (code, err) = run(&conf, svc.port(), &[&daemon, "grown"]);
+    assert_eq!(code, Some(0), "{err}");
+    // A launched daemon that fails is only logged: the host stays up for the next.
+    std::fs::write(site.path("release"), "5").unwrap();
+    svc.wait_line("ended: exit status: 5");
+    assert!(svc.child.try_wait().unwrap().is_none(), "{:#?}", svc.log);
+    assert_eq!(site.started(), ["--bootstrap", "grown"]);
+}
+
+#[test]
+fn a_booted_daemon_that_fails_takes_its_service_down_so_the_host_is_restarted() {
+    let site = Site::new("bootfail");
+    let conf = site.path("prte.conf").display().to_string();
+    let daemon = site.daemon();
+    let mut svc = Service::start(&conf, &["--allow", &daemon, "--boot", "--", "--bootstrap"]);
+    svc.wait_line("booted pid");
+    std::fs::write(site.path("release"), "3").unwrap();
+    svc.wait_line("the daemon it booted failed (exit status: 3)");
+    let st = svc.child.wait().unwrap();
+    assert_eq!(st.code(), Some(1), "{:#?}", svc.log);
 }

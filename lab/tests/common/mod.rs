@@ -80,7 +80,8 @@ pub fn member_state(dir: &Path, host: &str) -> Result<String, String> {
         .as_array()
         .into_iter()
         .flatten()
-        .find(|m| m["host"] == host)
+        // A host grown onto again after it left has a new rank, after the old.
+        .rfind(|m| m["host"] == host)
         .and_then(|m| m["state"].as_str().map(str::to_string))
         .ok_or_else(|| format!("{host} not in {s}"))
 }

@@ -25,11 +25,14 @@ use dvmlab_proto::secure::DvmKey;
 /// Start daemons on hosts without ssh, for holders of the DVM key.
 ///
 /// On each host the DVM may grow onto:
-///   plaunch serve [--listen ADDR] [--allow PROGRAM] [--max-daemons N]
+///   plaunch serve [--listen ADDR] [--allow PROGRAM] [--max-daemons N] [--boot -- ARGS]
 /// serves on TCP port 7818 (all addresses) and starts only PROGRAM (by default the prted
 /// beside plaunch), at most N (1) at once, for callers that prove they hold the key named
 /// by prte.conf's DVMKeyFile. A started daemon is the service's child: its output goes
-/// where the service's goes, and stopping the service (SIGTERM) stops its daemons.
+/// where the service's goes, and stopping the service (SIGTERM) stops its daemons. With
+/// --boot the host also starts its own daemon (PROGRAM ARGS) at once, and the service fails
+/// with it; once it has left cleanly, the host serves launches, so the DVM can grow onto it
+/// again.
 ///
 /// On the controller, as the launch agent (words, no shell):
 ///   prted --prtemca plm_ssh_agent "plaunch run" ...
@@ -77,8 +80,18 @@ struct ServeArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     max_daemons: u32,
 
+    /// Start the allowed program at once with ARGS (a host that boots its daemon): if it
+    /// fails (a non-zero exit, a signal), so does the service, so whatever restarts the host
+    /// restarts it; once it has ended cleanly (it left the DVM) the service goes on serving.
+    #[arg(long)]
+    boot: bool,
+
     #[command(flatten)]
     key: KeyArgs,
+
+    /// With --boot, the allowed program's arguments (after `--`).
+    #[arg(last = true, value_name = "ARGS")]
+    args: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -177,6 +190,17 @@ async fn serve(a: ServeArgs) -> Result<u8, (u8, String)> {
     });
     let key = Arc::new(key);
     let running: Running = Arc::default();
+    let (boot_tx, mut boot_failed) = tokio::sync::mpsc::channel(1);
+    if a.boot {
+        let mut argv = vec![policy.shown.display().to_string()];
+        argv.extend(a.args);
+        match start(LaunchRequest { argv }, &policy, &running, Some(boot_tx)) {
+            LaunchReply::Started { pid } => eprintln!("plaunch: booted pid {pid}"),
+            LaunchReply::Refused { reason } => return Err((1, format!("--boot: {reason}"))),
+        }
+    } else if !a.args.is_empty() {
+        return Err((2, "arguments after `--` are for --boot".into()));
+    }
     let callers = Arc::new(Semaphore::new(MAX_LAUNCH_CALLERS));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| (3, format!("SIGTERM: {e}")))?;
@@ -212,6 +236,10 @@ async fn serve(a: ServeArgs) -> Result<u8, (u8, String)> {
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
+            Some(status) = boot_failed.recv() => {
+                stop_daemons(&running).await;
+                return Err((1, format!("the daemon it booted failed ({status}); stopping")));
+            }
         }
     }
     stop_daemons(&running).await;
@@ -254,7 +282,7 @@ async fn serve_one(
     let (mut sealer, mut opener) = respond(&mut s, key).await?.split();
     let bytes = read_sealed(&mut s, &mut opener).await?;
     let reply = match serde_json::from_slice::<LaunchRequest>(&bytes) {
-        Ok(req) => start(req, policy, running),
+        Ok(req) => start(req, policy, running, None),
         Err(e) => LaunchReply::Refused {
             reason: format!("not a launch request: {e}"),
         },
@@ -268,8 +296,14 @@ async fn serve_one(
     Ok(said)
 }
 
-/// Starts the request's command line if the policy lets it.
-fn start(req: LaunchRequest, policy: &Policy, running: &Running) -> LaunchReply {
+/// Starts the request's command line if the policy lets it. `failed` hears how it ended
+/// if that was not a clean exit (the booted daemon's).
+fn start(
+    req: LaunchRequest,
+    policy: &Policy,
+    running: &Running,
+    failed: Option<tokio::sync::mpsc::Sender<std::process::ExitStatus>>,
+) -> LaunchReply {
     let refused = |reason: String| LaunchReply::Refused { reason };
     if let Err(e) = req.validate() {
         return refused(e);
@@ -312,7 +346,12 @@ fn start(req: LaunchRequest, policy: &Policy, running: &Running) -> LaunchReply 
         let status = child.wait().await;
         lock(&running).remove(&pid);
         match status {
-            Ok(st) => eprintln!("plaunch: pid {pid} ended: {st}"),
+            Ok(st) => {
+                eprintln!("plaunch: pid {pid} ended: {st}");
+                if let (Some(tx), false) = (failed, st.success()) {
+                    let _ = tx.send(st).await;
+                }
+            }
             Err(e) => eprintln!("plaunch: pid {pid}: waiting for it: {e}"),
         }
     });
