@@ -5,7 +5,8 @@
 //!
 //! `mpirun` runs on the controller's host and starts its `orted`s through the harness's
 //! launch agent (what `ssh` is to real machines), the routed radix at the benches' 64, as
-//! dvmlab's daemons are; tree spawn off (see [`mpirun_argv`]).
+//! dvmlab's daemons are; tree spawn on, so past 64 nodes the orteds launch the next level
+//! through the agent from inside their own hosts.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -60,11 +61,10 @@ fn mpirun_argv(rsh: &Path, nodes: &[String]) -> Vec<String> {
         .map(|s| s.to_string())
         .collect();
     argv.push(rsh.display().to_string());
-    // Tree spawn is off: with it, past 64 nodes (where the second level is launched by the
-    // orteds themselves through the agent) orteds failed to connect back to mpirun and the
-    // launch aborted; not understood yet. Messages still route over the radix tree.
+    // Tree spawn is on (Open MPI's default): past 64 nodes the orteds launch the next level
+    // themselves, through the same agent from inside their hosts.
     for (k, v) in [
-        ("plm_rsh_no_tree_spawn", "1"),
+        ("plm_rsh_no_tree_spawn", "0"),
         ("routed", "radix"),
         ("routed_radix", "64"),
     ] {

@@ -10,7 +10,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use nix::mount::{mount, MsFlags};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 
 use crate::addr;
@@ -294,6 +294,7 @@ pub fn enter_named(
         let opts = CString::new(format!("lowerdir={}:/etc", etc_dir.display()))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let host = hostname.to_string();
+        let stacked = etc_dir.parent().map_or(0, hosts_etc_overlays);
         // SAFETY: the closure runs between fork and exec and only makes system calls on data
         // prepared before the fork.
         unsafe {
@@ -301,6 +302,9 @@ pub fn enter_named(
                 setns(&nsfile, CloneFlags::CLONE_NEWNET)?;
                 unshare(CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWUTS)?;
                 mounts_private()?;
+                for _ in 0..stacked {
+                    umount2("/etc", MntFlags::MNT_DETACH)?;
+                }
                 mount(
                     Some("overlay"),
                     "/etc",
@@ -314,6 +318,30 @@ pub fn enter_named(
         }
         Ok(())
     }
+}
+
+/// How many hosts' `/etc` overlays (lower directories under `etc_root`, the run's) sit on
+/// `/etc` in this process's mount namespace. A process inside a host that enters another
+/// (an `orted` launching the next level of its tree through the agent) takes them off
+/// first: overlayfs stacks at most two deep, so a third host's overlay failed with EINVAL,
+/// and the new host would have seen its launcher's files too.
+fn hosts_etc_overlays(etc_root: &Path) -> usize {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return 0;
+    };
+    let lower = format!("lowerdir={}/", etc_root.display());
+    info.lines()
+        .filter(|l| {
+            // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
+            let f: Vec<&str> = l.split(' ').collect();
+            let Some(dash) = f.iter().position(|x| *x == "-") else {
+                return false;
+            };
+            f.get(4) == Some(&"/etc")
+                && f.get(dash + 1) == Some(&"overlay")
+                && f.get(dash + 3).is_some_and(|o| o.contains(&lower))
+        })
+        .count()
 }
 
 impl NetnsWorld {

@@ -180,3 +180,41 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
         "gc removes the namespaces of {run}"
     );
 }
+
+/// A process inside a host runs the agent to enter another host, and from there a third
+/// (as an `orted` tree-spawns the next level): each sees its own name, network and `/etc`
+/// only. Overlays stacked on `/etc` once made the third level fail with EINVAL.
+#[test]
+fn the_agent_enters_hosts_from_inside_hosts_three_deep_each_with_its_own_etc() {
+    if !netns_or_skip("agent three deep") {
+        return;
+    }
+    let c = Cluster::new(sleeper("agent-deep", BackendKind::Netns, 3)).unwrap();
+    for h in ["h0", "h1", "h2"] {
+        std::fs::write(c.etc_dir(h).join("whoami"), h).unwrap();
+    }
+    let agent = c
+        .write_agent(&dvmlab_harness::agent::program().unwrap())
+        .unwrap();
+    let a = agent.display();
+    let ip2 = c.host("h2").unwrap().v4.unwrap();
+    // h0 enters h1, which enters h2; the innermost reports its name, its /etc marker, and
+    // that it holds h2's address.
+    let inner =
+        format!("echo $(hostname) $(cat /etc/whoami) $(ip -4 -o addr show | grep -c \" {ip2}/\")");
+    let middle = format!("{a} h2 sh -c '{inner}'");
+    let out = c
+        .exec_within(
+            "h0",
+            &[a.to_string(), "h1".into(), "sh".into(), "-c".into(), middle],
+            Duration::from_secs(20),
+        )
+        .unwrap();
+    let log = std::fs::read_to_string(c.run_dir().join("h2.log")).unwrap_or_default();
+    assert!(
+        log.contains("h2 h2 1"),
+        "the third host's output (its log): {log:?}; stderr: {}",
+        out.2
+    );
+    c.destroy();
+}
