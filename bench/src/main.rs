@@ -302,7 +302,7 @@ fn run_peers(profile: &Path, common: &Common) -> Result<(), String> {
     .flatten()
     .collect();
     let title = format!(
-        "{} vs {version}: start the daemons, run one /bin/true per node (netns hosts, radix 64, mpirun launching every orted)",
+        "{} vs {version}: start the daemons, run one /bin/true per node (netns hosts, radix 64, Open MPI tree spawn on)",
         rt.name
     );
     report::write(
