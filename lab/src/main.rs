@@ -809,10 +809,17 @@ fn up(
         )
     })?;
     let about = keeper::ask(serde_json::json!({"op": "about"}))?;
+    let run = about["run"].as_str().unwrap_or("?");
+    print_up(&format!("{on} (run {run})"), plan, hold, t)
+}
+
+/// How `up` ends, on any lab: where it is, how many daemons joined in how long, who was
+/// held and which spares there are, then the controller's table.
+fn print_up(on: &str, plan: &Plan, hold: &[String], t: Instant) -> Result<u8, Failure> {
+    let all = plan.hosts().len();
     dvmlab_host::outln!(
-        "lab up on {on} (run {}): {expect} of {} daemons joined in {:.1} s{}",
-        about["run"].as_str().unwrap_or("?"),
-        plan.hosts().len(),
+        "lab up on {on}: {} of {all} daemons joined in {:.1} s{}",
+        all - hold.len(),
         t.elapsed().as_secs_f64(),
         if hold.is_empty() {
             String::new()
@@ -820,12 +827,6 @@ fn up(
             format!("; held for late-boot: {}", hold.join(", "))
         }
     );
-    print_spares(plan);
-    print_table()
-}
-
-/// `up`'s line naming the spares, if there are any.
-fn print_spares(plan: &Plan) {
     if plan.spares > 0 {
         let names: Vec<String> = plan.spare_hosts().into_iter().map(|h| h.name).collect();
         dvmlab_host::outln!(
@@ -833,6 +834,7 @@ fn print_spares(plan: &Plan) {
             names.join(", ")
         );
     }
+    print_table()
 }
 
 /// `up`'s progress: daemons joined out of `expect`, saying `msg`.
@@ -907,16 +909,10 @@ fn up_swarm(
             ),
         )
     })?;
-    dvmlab_host::outln!(
-        "lab up on the swarm (stack {stack}, image {image}): {expect} of {} daemons joined in {:.1} s{}",
-        plan.hosts().len(),
-        t.elapsed().as_secs_f64(),
-        if hold.is_empty() {
-            String::new()
-        } else {
-            format!("; held for late-boot: {}", hold.join(", "))
-        }
-    );
-    print_spares(plan);
-    print_table()
+    print_up(
+        &format!("the swarm (stack {stack}, image {image})"),
+        plan,
+        hold,
+        t,
+    )
 }
