@@ -178,6 +178,37 @@ pub fn write_gated(dir: &Path, agent: &Path) -> Result<PathBuf, String> {
     Ok(gated)
 }
 
+/// Writes `dir/failable-agent`, which runs `agent` for a host unless the file
+/// `dir/fail-HOST` exists, and then exits 7 without starting anything: the launch failure of
+/// a grow target, switched on and off while the DVM runs ([`fail_launches`]).
+pub fn write_failable(dir: &Path, agent: &Path) -> Result<PathBuf, String> {
+    let path = dir.join("failable-agent");
+    let script = format!(
+        "#!/bin/sh\n# Fails the launch on a host while the harness says so.\nif [ -e '{}/fail-'\"$1\" ]; then echo \"failable agent: the launch on $1 fails\" >&2; exit 7; fi\nexec '{}' \"$@\"\n",
+        dir.display(),
+        agent.display()
+    );
+    std::fs::write(&path, script).map_err(|e| format!("write {}: {e}", path.display()))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// Makes launches on `host` through the failable agent of run directory `dir` fail (`true`)
+/// or go through again (`false`).
+pub fn fail_launches(dir: &Path, host: &str, fail: bool) -> Result<(), String> {
+    let f = dir.join(format!("fail-{host}"));
+    let r = if fail {
+        std::fs::write(&f, "")
+    } else {
+        match std::fs::remove_file(&f) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    };
+    r.map_err(|e| format!("{} {}: {e}", if fail { "write" } else { "remove" }, f.display()))
+}
+
 /// Lets the gated agent of run directory `dir` hand `host` over (or fail it).
 pub fn gate(dir: &Path, host: &str, open: bool) -> Result<(), String> {
     let f = dir.join(format!("{}-{host}", if open { "open" } else { "fail" }));

@@ -316,6 +316,7 @@ pub async fn run(
         reaper,
         slot,
     )
+    .log_starts(s.odls_verbose >= 1)
     .with_events(
         p.identity.nspace.clone(),
         tool_socket.clone(),

@@ -25,7 +25,7 @@ use nix::unistd::{dup3, dup3_raw, Pid};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::reaper::Reaper;
 use dvmlab_core::exec::{Input, JobId, JobSpec};
@@ -52,6 +52,7 @@ pub struct Runner {
     pmix: Option<(String, std::path::PathBuf)>,
     /// Who each live local job process is, by its process group.
     procs: ProcTable,
+    log_starts: bool,
 }
 
 /// The live local job processes by process group (each is its group's leader, and what it
@@ -123,7 +124,15 @@ impl Runner {
             stdins: Arc::new(Mutex::new(HashMap::new())),
             pmix: None,
             procs: ProcTable::default(),
+            log_starts: false,
         }
+    }
+
+    /// Logs every job process this daemon starts (`odls_base_verbose` 1 and up): job,
+    /// process, this daemon's rank and the pid, so a process can be traced to where it ran.
+    pub fn log_starts(mut self, on: bool) -> Runner {
+        self.log_starts = on;
+        self
     }
 
     /// Tells every job process its PMIx namespace (job `id` of DVM `dvm`) and where its
@@ -213,6 +222,7 @@ impl Runner {
         }
         let stdins = self.stdins.clone();
         let procs_table = self.procs.clone();
+        let log_starts = self.log_starts;
         let (me, events, groups, prolog, barriers, reaper, slot) = (
             self.me,
             self.events.clone(),
@@ -286,6 +296,12 @@ impl Runner {
                             }
                         }
                         let pid = child.id().map(|p| p as i32);
+                        if log_starts {
+                            info!(
+                                "job {id} process {proc} started on rank {me} (pid {})",
+                                pid.unwrap_or(0)
+                            );
+                        }
                         let table = procs_table.clone();
                         for (stream, pipe) in [
                             (Stream::Stdout, child.stdout.take().map(box_reader)),

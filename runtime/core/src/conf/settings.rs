@@ -39,6 +39,9 @@ pub const LAUNCH_TIMEOUT_PARAM: &str = "dvmlab_launch_timeout";
 /// PRRTE's verbosity of job state changes: from 1 on, every job state the controller
 /// enters is logged, `WAITING FOR DAEMON CAMPAIGN` included.
 pub const STATE_VERBOSE_PARAM: &str = "state_base_verbose";
+/// PRRTE's verbosity of the local launcher: from 1 on, every daemon logs each job process
+/// it starts, with its own rank and the process's pid (what a soak's history is made of).
+pub const ODLS_VERBOSE_PARAM: &str = "odls_base_verbose";
 /// A command run with the hosts a shrink freed (`CMD HOST…`) before the shrink completes,
 /// so a resource manager can take its nodes back (an extension).
 pub const RELEASE_COMMAND_PARAM: &str = "dvmlab_release_command";
@@ -224,6 +227,8 @@ pub struct Settings {
     pub launch_timeout: Duration,
     /// [`STATE_VERBOSE_PARAM`].
     pub state_verbose: u32,
+    /// [`ODLS_VERBOSE_PARAM`].
+    pub odls_verbose: u32,
     /// [`ELASTIC_FAULT_PARAM`].
     pub elastic_fault: Option<crate::campaign::Fault>,
     /// [`RELEASE_COMMAND_PARAM`], split into words.
@@ -381,6 +386,14 @@ impl Settings {
             })
             .transpose()?
             .unwrap_or(0);
+        let odls_verbose = params
+            .get(ODLS_VERBOSE_PARAM)
+            .map(|(v, o)| {
+                v.parse::<u32>()
+                    .map_err(|_| bad_value(&o, "odls_base_verbose must be a level from 0 up", v))
+            })
+            .transpose()?
+            .unwrap_or(0);
         let max_launching = params
             .get(MAX_LAUNCHING_PARAM)
             .map(|(v, o)| match v.parse::<usize>() {
@@ -425,6 +438,7 @@ impl Settings {
             launch_agent,
             launch_timeout,
             state_verbose,
+            odls_verbose,
             max_launching,
             elastic_fault: params
                 .get(ELASTIC_FAULT_PARAM)
