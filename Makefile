@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -21,6 +21,7 @@ test: lint
 	$(MAKE) --no-print-directory conformance-probe || status=1; \
 	$(MAKE) --no-print-directory conformance-docker-tree || status=1; \
 	$(MAKE) --no-print-directory conformance-openpmix || status=1; \
+	$(MAKE) --no-print-directory soak-ci || status=1; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \
@@ -125,6 +126,28 @@ fuzz-smoke:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15
 
 ## Remove namespaces, run directories and locks left by crashed runs.
+## The soak (README, "Soak"): an elastic DVM of NODES netns hosts and SPARES spare hosts
+## under a seeded workload and nemesis for DURATION seconds, its history checked by an
+## independent checker. Report, charts, history and every host's log in SOAK_OUT.
+NODES ?= 64
+SPARES ?= 8
+DURATION ?= 1800
+SEED ?= 1
+BACKEND ?= netns
+SOAK_OUT ?= $(CURDIR)/target/soak/seed-$(SEED)
+soak:
+	cargo build --release -q --bins -p dvmlab-runtime -p dvmlab-harness -p dvmlab-soak
+	./target/release/dvmlab-soak run --nodes $(NODES) --spares $(SPARES) --duration $(DURATION) --seed $(SEED) --backend $(BACKEND) --out $(SOAK_OUT)
+
+## The short soak CI runs: 16 nodes, 2 minutes, a fixed seed (needs root for netns hosts).
+soak-ci:
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "!!!!!!!! SKIPPED soak-ci: the soak's hosts are network namespaces, which need root !!!!!!!!"; \
+	  if [ -n "$$DVMLAB_SKIP_LOG" ]; then echo "soak-ci: needs root" >> "$$DVMLAB_SKIP_LOG"; fi; \
+	  if [ -n "$$CI" ]; then exit 1; fi; exit 0; \
+	fi; \
+	$(MAKE) --no-print-directory soak NODES=16 SPARES=4 DURATION=120 SEED=7 SOAK_OUT=$(CURDIR)/target/soak/ci
+
 gc: build
 	./target/debug/dvmlab-harness gc
 

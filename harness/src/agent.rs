@@ -206,7 +206,13 @@ pub fn fail_launches(dir: &Path, host: &str, fail: bool) -> Result<(), String> {
             r => r,
         }
     };
-    r.map_err(|e| format!("{} {}: {e}", if fail { "write" } else { "remove" }, f.display()))
+    r.map_err(|e| {
+        format!(
+            "{} {}: {e}",
+            if fail { "write" } else { "remove" },
+            f.display()
+        )
+    })
 }
 
 /// Lets the gated agent of run directory `dir` hand `host` over (or fail it).

@@ -17,6 +17,9 @@ use crate::history::{Campaign, DaemonWhat, Entry, Expect, Fault, ListenerPhase, 
 /// A fault's effects (heartbeat timeouts, reconnects, relayed tools closed) outlast it by
 /// this much, and a job's outcome may show it that long after.
 const FAULT_TAIL_US: u64 = 20_000_000;
+/// A grow or shrink request's tool returns once the campaign ended (it waits for the
+/// terminal event, or `--wait`); what the campaign did to jobs shows at most this much later.
+const CAMPAIGN_TAIL_US: u64 = 2_000_000;
 /// How long a notification may take to reach a listener on a quiet DVM.
 const DELIVERY_US: u64 = 10_000_000;
 /// The soak's own event code (`pevent notify`), and PMIx's job end.
@@ -118,7 +121,9 @@ impl<'a> Index<'a> {
                     ix.invokes.insert(*op, i);
                 }
                 Entry::Complete { op, .. } => ix.completes.entry(*op).or_default().push(i),
-                Entry::Fault { id, start: true, .. } => {
+                Entry::Fault {
+                    id, start: true, ..
+                } => {
                     open.insert(*id, ix.faults.len());
                     ix.faults.push((i, None));
                 }
@@ -178,7 +183,7 @@ impl<'a> Index<'a> {
                 return None;
             }
             let (a, b) = self.span(op);
-            (a <= hi && b.saturating_add(FAULT_TAIL_US) >= lo).then_some(i)
+            (a <= hi && b.saturating_add(CAMPAIGN_TAIL_US) >= lo).then_some(i)
         })
     }
 
@@ -257,7 +262,10 @@ fn jobs_end_once(ix: &Index) -> (usize, Vec<Violation>) {
             let mut l = vec![inv];
             l.extend(&completes);
             v.push(Violation::new(
-                format!("job {tag} (op {op}): prun completed {} times", completes.len()),
+                format!(
+                    "job {tag} (op {op}): prun completed {} times",
+                    completes.len()
+                ),
                 l,
             ));
             continue;
@@ -331,11 +339,14 @@ fn jobs_end_once(ix: &Index) -> (usize, Vec<Violation>) {
         let own = match (exit, expect) {
             (Some(e), Expect::Exit(k)) => e == k,
             (Some(e), Expect::Killed) => {
-                *e == 137 || exception.as_deref().is_some_and(|x| x.starts_with("cancel"))
+                *e == 137
+                    || exception
+                        .as_deref()
+                        .is_some_and(|x| x.starts_with("cancel"))
             }
-            (Some(_), Expect::TimedOut) => {
-                exception.as_deref().is_some_and(|x| x.starts_with("timeout"))
-            }
+            (Some(_), Expect::TimedOut) => exception
+                .as_deref()
+                .is_some_and(|x| x.starts_with("timeout")),
             (None, _) => false,
         };
         // prun's exit must be what pctl says the job's status was.
@@ -536,7 +547,8 @@ fn no_parked_job(ix: &Index) -> (usize, Vec<Violation>) {
         }
     }
     intervals.extend(since.into_iter().map(|(id, s)| (id, s, None)));
-    let n = intervals.len();
+    // Every held interval, and the final state.
+    let n = intervals.len() + 1;
     for (id, from, to) in intervals {
         let (a, b) = (ix.t(from), to.map(|t| ix.t(t)).unwrap_or(u64::MAX));
         // Two status reads in a row inside the interval, both with no campaign, and no
@@ -582,7 +594,7 @@ enum Change {
     Done,
     Failed,
     /// Rejected at once, or accepted with nothing to change.
-    NoChange,
+    Nothing,
     /// The tool lost the DVM before it knew.
     Unknown,
 }
@@ -594,7 +606,7 @@ fn change_of(requester: bool, exit: Option<i32>, out: &[String]) -> (Change, usi
     let rejected = phase("rejected").next().is_some();
     let unchanged = phase("accepted").any(|l| l["changed"] == false);
     let c = if rejected || unchanged {
-        Change::NoChange
+        Change::Nothing
     } else if requester {
         match events.first().map(|e| e["code"].as_i64()) {
             Some(Some(DVM_IS_READY)) => Change::Done,
@@ -637,7 +649,7 @@ fn one_terminal_event(ix: &Index) -> (usize, Vec<Violation>) {
         let accepted = lines(out).iter().any(|l| l["phase"] == "accepted");
         let lost = *exit == Some(TOOL_FAILED) || exit.is_none();
         let bad = match c {
-            Change::NoChange => events != 0,
+            Change::Nothing => events != 0,
             _ if events > 1 => true,
             _ if accepted && events == 0 && !lost => true,
             _ => false,
@@ -655,18 +667,17 @@ fn one_terminal_event(ix: &Index) -> (usize, Vec<Violation>) {
 }
 
 fn no_leftover_process(ix: &Index) -> (usize, Vec<Violation>) {
-    let v: Vec<Violation> = ix
-        .h
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match &r.entry {
-            Entry::Leftover { pid, job, cmdline } => Some(Violation::new(
-                format!("job process {pid} (job {job:?}, {cmdline}) outlived its job"),
-                vec![i],
-            )),
-            _ => None,
-        })
-        .collect();
+    let v: Vec<Violation> =
+        ix.h.iter()
+            .enumerate()
+            .filter_map(|(i, r)| match &r.entry {
+                Entry::Leftover { pid, job, cmdline } => Some(Violation::new(
+                    format!("job process {pid} (job {job:?}, {cmdline}) outlived its job"),
+                    vec![i],
+                )),
+                _ => None,
+            })
+            .collect();
     (1, v)
 }
 
@@ -727,7 +738,7 @@ fn final_membership(ix: &Index) -> (usize, Vec<Violation>) {
                 Change::Unknown => {
                     want.insert(h.clone(), None);
                 }
-                Change::Failed | Change::NoChange => {}
+                Change::Failed | Change::Nothing => {}
             }
             why.insert(h.clone(), c);
         }
@@ -738,7 +749,9 @@ fn final_membership(ix: &Index) -> (usize, Vec<Violation>) {
             continue;
         }
         if m.state != "departed" {
-            live.entry(m.host.as_str()).or_default().push(m.state.as_str());
+            live.entry(m.host.as_str())
+                .or_default()
+                .push(m.state.as_str());
         }
     }
     for (h, states) in &live {
@@ -790,7 +803,8 @@ fn tag_in(line: &Value) -> Option<String> {
 /// The namespace a job-end event is about.
 fn affected(line: &Value) -> Option<String> {
     line["info"].as_array()?.iter().find_map(|i| {
-        (i["key"] == "pmix.evaffected").then(|| i["value"]["nspace"].as_str().map(str::to_string))?
+        (i["key"] == "pmix.evaffected")
+            .then(|| i["value"]["nspace"].as_str().map(str::to_string))?
     })
 }
 
@@ -859,7 +873,9 @@ fn event_ranges(ix: &Index) -> (usize, Vec<Violation>) {
                     let tag = tag_in(line).unwrap_or_default();
                     match notes.get(&tag) {
                         None => v.push(Violation::new(
-                            format!("listener {listener} on {host} heard {tag}, which nobody notified"),
+                            format!(
+                                "listener {listener} on {host} heard {tag}, which nobody notified"
+                            ),
                             vec![i],
                         )),
                         Some((op, range, from)) if range == "LOCAL" && from != host => {

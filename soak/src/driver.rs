@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -61,6 +61,8 @@ pub struct World {
     pub launched: BTreeSet<String>,
     /// Each job tag's id and state, as the last jobs read showed them.
     pub jobs: HashMap<String, (u64, String)>,
+    /// Hosts running processes of a live job, as the last jobs read showed.
+    pub running_on: BTreeSet<String>,
     /// Whether the last status read showed any campaign.
     pub campaigning: bool,
 }
@@ -88,7 +90,14 @@ impl Ctx {
     /// waits for it to form.
     pub fn start(cfg: &Config, hist: Writer) -> Result<Ctx, String> {
         let (bins, _) = dvmlab_harness::agent::build_dir()?;
-        for b in ["prted", "pctl", "prun", "pevent", "palloc", "dvmlab-harness"] {
+        for b in [
+            "prted",
+            "pctl",
+            "prun",
+            "pevent",
+            "palloc",
+            "dvmlab-harness",
+        ] {
             if !bins.join(b).exists() {
                 return Err(format!(
                     "{} is missing: build the runtime's and harness's binaries first (make soak does)",
@@ -186,7 +195,13 @@ impl Ctx {
     pub fn status(&self) -> Option<serde_json::Value> {
         let o = self.run(
             &self.ctl,
-            &[self.bin("pctl"), "status".into(), "--json".into(), "--timeout".into(), "3".into()],
+            &[
+                self.bin("pctl"),
+                "status".into(),
+                "--json".into(),
+                "--timeout".into(),
+                "3".into(),
+            ],
             Duration::from_secs(10),
         );
         (o.exit == Some(0))
@@ -198,7 +213,13 @@ impl Ctx {
     pub fn jobs(&self) -> Option<Vec<serde_json::Value>> {
         let o = self.run(
             &self.ctl,
-            &[self.bin("pctl"), "jobs".into(), "--json".into(), "--timeout".into(), "3".into()],
+            &[
+                self.bin("pctl"),
+                "jobs".into(),
+                "--json".into(),
+                "--timeout".into(),
+                "3".into(),
+            ],
             Duration::from_secs(10),
         );
         (o.exit == Some(0))
@@ -275,7 +296,11 @@ pub fn run_command(mut cmd: Command, within: Duration, on_line: impl FnMut(&str)
     let status = child.wait().ok();
     let err = err_reader.join().unwrap_or_default();
     Outcome {
-        exit: if killed { None } else { status.and_then(|s| s.code()) },
+        exit: if killed {
+            None
+        } else {
+            status.and_then(|s| s.code())
+        },
         out,
         err: err.lines().map(str::to_string).collect(),
     }

@@ -163,15 +163,9 @@ pub enum Op {
     /// `pctl kill` of the job of operation `target`.
     KillJob { target: u64, job: u64 },
     /// A grow (`palloc new` with a requester, `pctl grow --wait` without).
-    Grow {
-        hosts: Vec<String>,
-        requester: bool,
-    },
+    Grow { hosts: Vec<String>, requester: bool },
     /// A shrink (`palloc release` with a requester, `pctl shrink --wait` without).
-    Shrink {
-        hosts: Vec<String>,
-        requester: bool,
-    },
+    Shrink { hosts: Vec<String>, requester: bool },
     /// `pevent notify` of the soak's code with `range`, carrying `tag`.
     Notify { range: String, tag: String },
 }
@@ -192,8 +186,13 @@ pub enum Expect {
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum Fault {
     /// SIGKILL to a daemon; undone by starting it again (`late`: after it was long gone).
-    Kill { host: String, late: bool },
-    Freeze { host: String },
+    Kill {
+        host: String,
+        late: bool,
+    },
+    Freeze {
+        host: String,
+    },
     /// `a` cut off from `b`: both ways, or only `a`'s packets to `b`.
     Partition {
         a: Vec<String>,
@@ -207,9 +206,13 @@ pub enum Fault {
         loss_pct: u32,
     },
     /// The controller killed and started again.
-    ControllerRestart { host: String },
+    ControllerRestart {
+        host: String,
+    },
     /// Launches of a grow onto these hosts fail.
-    LaunchFailure { hosts: Vec<String> },
+    LaunchFailure {
+        hosts: Vec<String>,
+    },
 }
 
 impl Fault {

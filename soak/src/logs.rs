@@ -43,7 +43,10 @@ pub fn records(host: &str, log: &str) -> Vec<(u64, Entry)> {
         };
         let Some(t) = parse_time(stamp) else { continue };
         let msg = msg.trim_start();
-        let msg = msg.split_once(' ').map(|(_, m)| m.trim_start()).unwrap_or(msg);
+        let msg = msg
+            .split_once(' ')
+            .map(|(_, m)| m.trim_start())
+            .unwrap_or(msg);
         let daemon = |what, rank: u32| Entry::Daemon {
             host: host.to_string(),
             rank,
@@ -100,7 +103,10 @@ mod tests {
             parse_time("2026-11-25T10:11:12.123456Z"),
             Some(1_795_601_472_123_456)
         );
-        assert_eq!(parse_time("2000-02-29T00:00:00Z"), Some(951_782_400_000_000));
+        assert_eq!(
+            parse_time("2000-02-29T00:00:00Z"),
+            Some(951_782_400_000_000)
+        );
         assert_eq!(parse_time("yesterday"), None);
     }
 
@@ -125,6 +131,13 @@ mod tests {
                 pid: 4242
             }
         );
-        assert!(matches!(r[3].1, Entry::Daemon { what: DaemonWhat::Departing, rank: 3, .. }));
+        assert!(matches!(
+            r[3].1,
+            Entry::Daemon {
+                what: DaemonWhat::Departing,
+                rank: 3,
+                ..
+            }
+        ));
     }
 }

@@ -46,9 +46,7 @@ enum Cmd {
         out: PathBuf,
     },
     /// Check a history and write its report beside it.
-    Check {
-        history: PathBuf,
-    },
+    Check { history: PathBuf },
 }
 
 fn backend(s: &str) -> Result<BackendKind, String> {
@@ -56,7 +54,9 @@ fn backend(s: &str) -> Result<BackendKind, String> {
         "netns" => Ok(BackendKind::Netns),
         "process" => Ok(BackendKind::Process),
         "docker" => Ok(BackendKind::Docker),
-        other => Err(format!("--backend {other}: expected netns, process or docker")),
+        other => Err(format!(
+            "--backend {other}: expected netns, process or docker"
+        )),
     }
 }
 
@@ -71,7 +71,11 @@ fn check(path: &Path) -> Result<bool, String> {
         println!(
             "{:<26} {} ({} checked, {} violations)",
             v.property,
-            if v.violations.is_empty() { "PASS" } else { "FAIL" },
+            if v.violations.is_empty() {
+                "PASS"
+            } else {
+                "FAIL"
+            },
             v.checked,
             v.violations.len()
         );

@@ -28,7 +28,7 @@ struct Active {
 
 /// Runs faults until the soak's deadline, then undoes every one still in effect.
 pub fn run(ctx: &Ctx) -> Result<(), String> {
-    let mut r = ChaCha8Rng::seed_from_u64(ctx.seed ^ 0x6e65_6d65_7369_73);
+    let mut r = ChaCha8Rng::seed_from_u64(ctx.seed ^ 0x006e_656d_6573_6973);
     let mut active: Vec<Active> = Vec::new();
     let mut next_id = 1u64;
     let mut next_fault = Instant::now() + Duration::from_millis(r.random_range(1000..4000));
@@ -86,13 +86,21 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
     let roll = r.random_range(0..100);
     let (fault, dur) = match roll {
         0..=19 => {
-            let Some(host) = pick(r, &killable) else { return Ok(None) };
+            let Some(host) = pick(r, &killable) else {
+                return Ok(None);
+            };
             let late = r.random_bool(0.4);
-            let ms = if late { r.random_range(12_000..25_000) } else { r.random_range(500..3000) };
+            let ms = if late {
+                r.random_range(12_000..25_000)
+            } else {
+                r.random_range(500..3000)
+            };
             (Fault::Kill { host, late }, ms)
         }
         20..=39 => {
-            let Some(host) = pick(r, &joined_free) else { return Ok(None) };
+            let Some(host) = pick(r, &joined_free) else {
+                return Ok(None);
+            };
             (Fault::Freeze { host }, r.random_range(500..6000))
         }
         40..=61 => {
@@ -103,7 +111,12 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
             pool.shuffle(r);
             let k = r.random_range(1..=3.min(pool.len()));
             let a: Vec<String> = pool[..k].to_vec();
-            let all = ctx.cluster.lock().map_err(|_| "cluster lock poisoned")?.hosts().to_vec();
+            let all = ctx
+                .cluster
+                .lock()
+                .map_err(|_| "cluster lock poisoned")?
+                .hosts()
+                .to_vec();
             let b: Vec<String> = all
                 .iter()
                 .map(|h| h.name.clone())
@@ -119,7 +132,9 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
             )
         }
         62..=79 => {
-            let Some(host) = pick(r, &joined_free) else { return Ok(None) };
+            let Some(host) = pick(r, &joined_free) else {
+                return Ok(None);
+            };
             (
                 Fault::Impair {
                     host,
@@ -140,9 +155,7 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
                 return Ok(None);
             }
             (
-                Fault::LaunchFailure {
-                    hosts: free_spares,
-                },
+                Fault::LaunchFailure { hosts: free_spares },
                 r.random_range(5000..15_000),
             )
         }
@@ -154,7 +167,15 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
             Fault::Kill { host, .. } => c.kill(host),
             Fault::Freeze { host } => c.freeze(host),
             Fault::Partition { a, b, one_way } => c
-                .partition(a, b, if *one_way { Direction::OneWay } else { Direction::Both })
+                .partition(
+                    a,
+                    b,
+                    if *one_way {
+                        Direction::OneWay
+                    } else {
+                        Direction::Both
+                    },
+                )
                 .map(|p| partition = Some(p)),
             Fault::Impair {
                 host,
@@ -171,9 +192,9 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
                 },
             ),
             Fault::ControllerRestart { host } => c.kill(host),
-            Fault::LaunchFailure { hosts } => hosts.iter().try_for_each(|h| {
-                dvmlab_harness::agent::fail_launches(c.run_dir(), h, true)
-            }),
+            Fault::LaunchFailure { hosts } => hosts
+                .iter()
+                .try_for_each(|h| dvmlab_harness::agent::fail_launches(c.run_dir(), h, true)),
         };
         if let Err(e) = res {
             // A target that went away meanwhile (a daemon that left, a host shrunk) is not

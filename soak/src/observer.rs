@@ -39,7 +39,12 @@ pub fn campaigns_of(s: &Value) -> Vec<Campaign> {
                     kind: c["kind"].as_str().unwrap_or("").to_string(),
                     targets: c["targets"]
                         .as_array()
-                        .map(|t| t.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+                        .map(|t| {
+                            t.iter()
+                                .filter_map(|x| x.as_u64())
+                                .map(|x| x as u32)
+                                .collect()
+                        })
                         .unwrap_or_default(),
                 })
                 .collect()
@@ -59,7 +64,11 @@ pub fn tag_of(job: &Value) -> Option<String> {
 fn job_entry(j: &Value) -> Entry {
     let mut hosts: BTreeSet<String> = BTreeSet::new();
     if let Some(p) = j["placement"].as_array() {
-        hosts.extend(p.iter().filter_map(|x| x["host"].as_str()).map(str::to_string));
+        hosts.extend(
+            p.iter()
+                .filter_map(|x| x["host"].as_str())
+                .map(str::to_string),
+        );
     }
     Entry::Job {
         id: j["id"].as_u64().unwrap_or(0),
@@ -76,7 +85,10 @@ pub fn run(ctx: &Ctx, stop: &AtomicBool) {
     let mut last_status: Option<(bool, Vec<Member>, Vec<Campaign>)> = None;
     let mut last_jobs: BTreeMap<u64, Entry> = BTreeMap::new();
     let mut last_held: Option<Vec<u64>> = None;
-    while !stop.load(Ordering::Relaxed) {
+    // One more read after the stop, so that what the final heal waited for is recorded.
+    let mut last_round = false;
+    while !last_round {
+        last_round = stop.load(Ordering::Relaxed);
         if let Some(s) = ctx.status() {
             let now = (s["formed"] == true, members_of(&s), campaigns_of(&s));
             if last_status.as_ref() != Some(&now) {
@@ -104,6 +116,20 @@ pub fn run(ctx: &Ctx, stop: &AtomicBool) {
         }
         if let Some(jobs) = ctx.jobs() {
             let mut held = Vec::new();
+            let busy_hosts: BTreeSet<String> = jobs
+                .iter()
+                .filter(|j| j["state"] != "INACTIVE")
+                .flat_map(|j| {
+                    j["placement"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|p| p["host"].as_str().map(str::to_string))
+                })
+                .collect();
+            if let Ok(mut w) = ctx.world.lock() {
+                w.running_on = busy_hosts;
+            }
             for j in &jobs {
                 let e = job_entry(j);
                 let Entry::Job { id, tag, state, .. } = &e else {

@@ -21,7 +21,9 @@ fn op_kind(op: &Op) -> String {
     match op {
         Op::Job { shape, .. } => format!("job ({shape})"),
         Op::KillJob { .. } => "job kill".into(),
-        Op::Grow { requester, .. } => format!("grow{}", if *requester { " (palloc)" } else { " (pctl)" }),
+        Op::Grow { requester, .. } => {
+            format!("grow{}", if *requester { " (palloc)" } else { " (pctl)" })
+        }
         Op::Shrink { requester, .. } => {
             format!("shrink{}", if *requester { " (palloc)" } else { " (pctl)" })
         }
@@ -87,7 +89,13 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
                 spares,
                 duration_s,
                 ..
-            } => Some((*seed, backend.clone(), initial.len(), spares.len(), *duration_s)),
+            } => Some((
+                *seed,
+                backend.clone(),
+                initial.len(),
+                spares.len(),
+                *duration_s,
+            )),
             _ => None,
         })
         .unwrap_or_default();
@@ -98,13 +106,20 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
         h.len(),
         if bad == 0 { "No violation".to_string() } else { format!("{bad} violations") }
     );
-    let _ = writeln!(md, "| property | verdict | checked | violations | what it promises |\n|---|---|---:|---:|---|");
+    let _ = writeln!(
+        md,
+        "| property | verdict | checked | violations | what it promises |\n|---|---|---:|---:|---|"
+    );
     for v in verdicts {
         let _ = writeln!(
             md,
             "| `{}` | {} | {} | {} | {} |",
             v.property,
-            if v.violations.is_empty() { "PASS" } else { "FAIL" },
+            if v.violations.is_empty() {
+                "PASS"
+            } else {
+                "FAIL"
+            },
             v.checked,
             v.violations.len(),
             v.claim
@@ -137,9 +152,15 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
         count(&|e| matches!(e, Entry::ProcStart { .. })),
         count(&|e| matches!(e, Entry::Listener { phase: crate::history::ListenerPhase::Event, .. })),
     );
-    let _ = writeln!(md, "\n![timeline](timeline.svg)\n\n![latency](latency.svg)\n");
+    let _ = writeln!(
+        md,
+        "\n![timeline](timeline.svg)\n\n![latency](latency.svg)\n"
+    );
     if bad > 0 {
-        let _ = writeln!(md, "## Violations\n\nReplay with seed {seed}. Every host's log is in `logs/`.\n");
+        let _ = writeln!(
+            md,
+            "## Violations\n\nReplay with seed {seed}. Every host's log is in `logs/`.\n"
+        );
         for v in verdicts {
             for x in &v.violations {
                 let (a, b) = x.window(h);
@@ -193,7 +214,10 @@ fn timeline(path: &Path, h: &[Record]) -> Result<(), String> {
             )),
             Entry::Job { id, state, .. } => {
                 states.insert(*id, state != "INACTIVE");
-                live_jobs.push((secs(h, r.t_us), states.values().filter(|l| **l).count() as f64));
+                live_jobs.push((
+                    secs(h, r.t_us),
+                    states.values().filter(|l| **l).count() as f64,
+                ));
             }
             _ => {}
         }
@@ -231,7 +255,11 @@ fn timeline(path: &Path, h: &[Record]) -> Result<(), String> {
                 what: what @ (Op::Grow { .. } | Op::Shrink { .. }),
                 ..
             } => {
-                let k = if matches!(what, Op::Grow { .. }) { "grow" } else { "shrink" };
+                let k = if matches!(what, Op::Grow { .. }) {
+                    "grow"
+                } else {
+                    "shrink"
+                };
                 let y = row(k, &mut rows);
                 ops.insert(*op, (y, secs(h, r.t_us)));
             }
@@ -274,7 +302,10 @@ fn timeline(path: &Path, h: &[Record]) -> Result<(), String> {
         .map_err(|e| err(&e))?;
     let n = rows.len().max(1) as f64;
     let mut f = ChartBuilder::on(&lower)
-        .caption("faults and campaigns (one row per kind)", ("sans-serif", 16))
+        .caption(
+            "faults and campaigns (one row per kind)",
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(150)
@@ -307,7 +338,11 @@ fn latency(path: &Path, stats: &OpStats, seed: u64) -> Result<(), String> {
     // Jobs together, and each elastic request kind and notifications on their own.
     let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
     for (k, (_, _, pts)) in stats {
-        let name = if k.starts_with("job (") { "jobs".to_string() } else { k.clone() };
+        let name = if k.starts_with("job (") {
+            "jobs".to_string()
+        } else {
+            k.clone()
+        };
         series.entry(name).or_default().extend(pts);
     }
     let end = series.values().flatten().map(|p| p.0).fold(1.0, f64::max);
@@ -315,7 +350,10 @@ fn latency(path: &Path, stats: &OpStats, seed: u64) -> Result<(), String> {
     let root = SVGBackend::new(path, (1100, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut c = ChartBuilder::on(&root)
-        .caption(format!("operation latency, seed {seed}"), ("sans-serif", 16))
+        .caption(
+            format!("operation latency, seed {seed}"),
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)

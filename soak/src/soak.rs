@@ -19,8 +19,7 @@ const SUBMITTERS: u64 = 3;
 
 /// Runs a soak; returns the history's path.
 pub fn run(cfg: &Config) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(&cfg.out)
-        .map_err(|e| format!("create {}: {e}", cfg.out.display()))?;
+    std::fs::create_dir_all(&cfg.out).map_err(|e| format!("create {}: {e}", cfg.out.display()))?;
     let path = cfg.out.join("history.jsonl");
     let ctx = Ctx::start(cfg, Writer::create(&path)?)?;
     ctx.hist.record(Entry::Meta {
@@ -44,12 +43,13 @@ pub fn run(cfg: &Config) -> Result<PathBuf, String> {
         let stop_observing = &stop_observing;
         let obs = s.spawn(move || observer::run(ctx, stop_observing));
         // The workload picks targets from what the observer saw: let it see once first.
-        let _ = dvmlab_harness::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
-            match ctx.world.lock() {
-                Ok(w) if !w.joined.is_empty() => Ok(()),
-                _ => Err("no status read yet".to_string()),
-            }
-        });
+        let _ =
+            dvmlab_harness::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+                match ctx.world.lock() {
+                    Ok(w) if !w.joined.is_empty() => Ok(()),
+                    _ => Err("no status read yet".to_string()),
+                }
+            });
         let mut workers = Vec::new();
         for i in 0..SUBMITTERS {
             workers.push(s.spawn(move || workload::jobs(ctx, i)));
@@ -80,7 +80,11 @@ pub fn run(cfg: &Config) -> Result<PathBuf, String> {
 /// its final state.
 fn settle(ctx: &Ctx) -> Result<(), String> {
     if let Some(s) = ctx.status() {
-        let launched = ctx.world.lock().map(|w| w.launched.clone()).unwrap_or_default();
+        let launched = ctx
+            .world
+            .lock()
+            .map(|w| w.launched.clone())
+            .unwrap_or_default();
         let mut c = ctx.cluster.lock().map_err(|_| "cluster lock poisoned")?;
         for m in members_of(&s) {
             if (m.state == "lost" || m.state == "waiting")
@@ -143,7 +147,7 @@ fn leftovers(ctx: &Ctx) {
             continue;
         };
         let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-        if !vars.iter().any(|v| *v == want.as_bytes()) {
+        if !vars.contains(&want.as_bytes()) {
             continue;
         }
         let job = vars
@@ -151,7 +155,12 @@ fn leftovers(ctx: &Ctx) {
             .find_map(|v| v.strip_prefix(b"DVMLAB_JOB_ID="))
             .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim().to_string())
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_string()
+            })
             .unwrap_or_default();
         ctx.hist.record(Entry::Leftover { pid, job, cmdline });
     }
@@ -164,7 +173,9 @@ fn finish(ctx: &Ctx, logs_dir: &Path) {
         &[ctx.bin("pctl"), "stop".into()],
         Duration::from_secs(30),
     );
-    let Ok(mut c) = ctx.cluster.lock() else { return };
+    let Ok(mut c) = ctx.cluster.lock() else {
+        return;
+    };
     let hosts: Vec<String> = c.hosts().iter().map(|h| h.name.clone()).collect();
     for h in &hosts {
         if c.is_running(h) {

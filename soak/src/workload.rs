@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -74,8 +75,32 @@ pub fn jobs(ctx: &Ctx, stream: u64) {
     while !ctx.stopping() {
         let op = ctx.op_id();
         let tag = format!("soak-job-{op}");
-        let joined = ctx.world.lock().map(|w| w.joined.len()).unwrap_or(1).max(1);
-        let nprocs = r.random_range(1..=(joined as u32 * 2).min(48));
+        // Mostly on some of the nodes nobody is shrinking (so that shrinks find idle
+        // nodes), now and then one process per node of the whole DVM.
+        let free: Vec<String> = ctx
+            .world
+            .lock()
+            .map(|w| {
+                w.joined
+                    .iter()
+                    .filter(|h| !w.busy.contains(*h))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (hosts, width) = if free.is_empty() || r.random_bool(0.1) {
+            (
+                None,
+                ctx.world.lock().map(|w| w.joined.len()).unwrap_or(1).max(1),
+            )
+        } else {
+            let k = r.random_range(1..=free.len().min(8));
+            let mut pick: Vec<String> = free.clone();
+            pick.shuffle(&mut r);
+            pick.truncate(k);
+            (Some(pick.join(",")), k)
+        };
+        let nprocs = r.random_range(width as u32..=(width as u32 * 2));
         let pick = r.random_range(0..100);
         let (shape, script, expect, limit) = match pick {
             0..=34 => ("true", "exit 0".to_string(), Expect::Exit(0), None),
@@ -115,6 +140,9 @@ pub fn jobs(ctx: &Ctx, stream: u64) {
         ];
         if let Some(l) = limit {
             argv.extend(["--time-limit".into(), l.into()]);
+        }
+        if let Some(h) = hosts {
+            argv.extend(["--host".into(), h]);
         }
         argv.extend(["sh".into(), "-c".into(), script, tag.clone()]);
         let what = Op::Job {
@@ -166,16 +194,18 @@ fn killed_job(
     let prun = std::thread::scope(|s| {
         let h = s.spawn(|| run_command(cmd, OP_DEADLINE, |_| {}));
         // Wait for the job to run, as the observer sees it, then kill it.
-        let running = dvmlab_harness::wait_until(
-            Duration::from_secs(30),
-            Duration::from_millis(100),
-            || match ctx.world.lock().ok().and_then(|w| w.jobs.get(tag).cloned()) {
-                Some((id, state)) if state == "RUNNING" => Ok(id),
-                _ if h.is_finished() => Ok(0),
-                other => Err(format!("{tag} not running yet: {other:?}")),
-            },
-        );
-        if let Ok(id) = running.map_err(|_| ()).and_then(|id| if id == 0 { Err(()) } else { Ok(id) }) {
+        let running =
+            dvmlab_harness::wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+                match ctx.world.lock().ok().and_then(|w| w.jobs.get(tag).cloned()) {
+                    Some((id, state)) if state == "RUNNING" => Ok(id),
+                    _ if h.is_finished() => Ok(0),
+                    other => Err(format!("{tag} not running yet: {other:?}")),
+                }
+            });
+        if let Ok(id) = running
+            .map_err(|_| ())
+            .and_then(|id| if id == 0 { Err(()) } else { Ok(id) })
+        {
             pause(ctx, r, 100, 1500);
             let kill = ctx.op_id();
             operate(
@@ -186,7 +216,12 @@ fn killed_job(
                     target: op,
                     job: id,
                 },
-                &[ctx.bin("pctl"), "kill".into(), id.to_string(), "KILL".into()],
+                &[
+                    ctx.bin("pctl"),
+                    "kill".into(),
+                    id.to_string(),
+                    "KILL".into(),
+                ],
             );
         }
         h.join().unwrap_or_default()
@@ -218,9 +253,7 @@ pub fn elastic(ctx: &Ctx) {
                 .joined
                 .iter()
                 .filter(|h| !w.busy.contains(*h))
-                .filter(|h| {
-                    !ctx.initial.contains(h) || initial_in > ctx.initial.len().div_ceil(2)
-                })
+                .filter(|h| !ctx.initial.contains(h) || initial_in > ctx.initial.len().div_ceil(2))
                 .cloned()
                 .collect();
             let wrong = r.random_bool(0.1);
@@ -238,7 +271,11 @@ pub fn elastic(ctx: &Ctx) {
             if pool.is_empty() {
                 continue;
             }
-            let k = if grow && !wrong { r.random_range(1..=2.min(pool.len())) } else { 1 };
+            let k = if grow && !wrong {
+                r.random_range(1..=2.min(pool.len()))
+            } else {
+                1
+            };
             let mut hosts = Vec::new();
             while hosts.len() < k {
                 let h = pool[r.random_range(0..pool.len())].clone();
@@ -251,6 +288,20 @@ pub fn elastic(ctx: &Ctx) {
             }
             (grow, hosts)
         };
+        if !grow {
+            // A release of a node running job processes is refused: give the jobs there
+            // time to end (new ones keep off a busy node), then ask anyway.
+            let _ = dvmlab_harness::wait_until(
+                Duration::from_secs(20),
+                Duration::from_millis(100),
+                || match ctx.world.lock() {
+                    Ok(w) if hosts.iter().any(|h| w.running_on.contains(h)) => {
+                        Err("jobs still run there".to_string())
+                    }
+                    _ => Ok(()),
+                },
+            );
+        }
         let requester = r.random_bool(0.5);
         let op = ctx.op_id();
         let list = hosts.join(",");
@@ -332,7 +383,11 @@ pub fn notifier(ctx: &Ctx) {
         pause(ctx, &mut r, 500, 2500);
         let op = ctx.op_id();
         let tag = format!("n{op}");
-        let range = if r.random_bool(0.3) { "LOCAL" } else { "GLOBAL" };
+        let range = if r.random_bool(0.3) {
+            "LOCAL"
+        } else {
+            "GLOBAL"
+        };
         let host = tool_host(ctx, &mut r);
         operate(
             ctx,
@@ -383,8 +438,11 @@ fn listen(ctx: &Ctx, id: u64, host: String) {
         "--handler".into(),
         format!("name=soak,codes={SOAK_CODE}:-145"),
         "--timeout".into(),
-        (ctx.deadline.saturating_duration_since(std::time::Instant::now()).as_secs() + 1)
-            .to_string(),
+        (ctx.deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .as_secs()
+            + 1)
+        .to_string(),
     ];
     let rec = |phase, line| {
         ctx.hist.record(Entry::Listener {
@@ -400,7 +458,9 @@ fn listen(ctx: &Ctx, id: u64, host: String) {
     };
     rec(ListenerPhase::Started, None);
     // Runs until the soak's end or until its daemon goes.
-    let left = ctx.deadline.saturating_duration_since(std::time::Instant::now());
+    let left = ctx
+        .deadline
+        .saturating_duration_since(std::time::Instant::now());
     run_command(cmd, left + Duration::from_secs(5), |line| {
         let v: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
