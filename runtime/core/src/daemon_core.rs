@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::campaign::{self, Campaigns};
 use crate::event::hub::{self, EventHub};
 use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
-use crate::jobs::{self, JobManager, Persisted};
+use crate::jobs::{self, JobManager, Saved};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
 use crate::tree::Rank;
 use dvmlab_proto::event::{
@@ -75,7 +75,7 @@ pub enum Output {
         delay: Duration,
     },
     /// Controller: keep this list of live jobs where a restarted controller finds it.
-    Persist(Vec<Persisted>),
+    Persist(Saved),
     /// Worth an error line in the log.
     Log(String),
     /// Controller: job `id` entered `state` (PRRTE's number `code`), for the verbose log.
@@ -159,7 +159,7 @@ impl DaemonCore {
     /// other daemons `None`.
     pub fn new(
         cfg: NodeConfig,
-        recovered: Option<Vec<Persisted>>,
+        recovered: Option<Saved>,
         event_ring: usize,
     ) -> DaemonCore {
         let me = cfg.identity.rank;

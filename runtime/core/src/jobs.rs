@@ -87,8 +87,9 @@ pub enum Output {
         id: JobId,
         delay: Duration,
     },
-    /// The live jobs, to be written where a restarted controller finds them.
-    Persist(Vec<Persisted>),
+    /// The live jobs and the next job id, to be written where a restarted controller
+    /// finds them.
+    Persist(Saved),
     /// Job `id` ended (every rank released) with this greatest wait status.
     Ended {
         id: JobId,
@@ -101,6 +102,15 @@ pub enum Output {
         state: &'static str,
         code: u32,
     },
+}
+
+/// What a controller keeps across its restarts: its live jobs, and the id its next job
+/// gets, so that no id (nor the PMIx namespace made from it) is ever given to two jobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saved {
+    #[serde(default)]
+    pub next_id: JobId,
+    pub live: Vec<Persisted>,
 }
 
 /// A live job as persisted across controller restarts.
@@ -151,6 +161,8 @@ struct Job {
 #[derive(Debug, Clone)]
 pub struct JobManager {
     next_id: JobId,
+    /// The next id as last written out ([`Output::Persist`]).
+    saved_next_id: JobId,
     jobs: BTreeMap<JobId, Job>,
     fence: Fence,
     /// Jobs held at the map-eligible boundary, in submission order.
@@ -209,10 +221,17 @@ impl JobManager {
     /// A job manager recovering `live` (read
     /// back after a restart; empty on a fresh start). The first output tells job-exec which
     /// jobs run, so its hello can begin.
-    pub fn new(live: Vec<Persisted>) -> (JobManager, Vec<Output>) {
-        let next_id = live.iter().map(|p| p.id + 1).max().unwrap_or(1);
+    pub fn new(saved: Saved) -> (JobManager, Vec<Output>) {
+        let live = saved.live;
+        let next_id = live
+            .iter()
+            .map(|p| p.id + 1)
+            .chain([saved.next_id, 1])
+            .max()
+            .unwrap_or(1);
         let mut m = JobManager {
             next_id,
+            saved_next_id: next_id,
             jobs: BTreeMap::new(),
             fence: Fence::OPEN,
             unmapped: VecDeque::new(),
@@ -434,6 +453,11 @@ impl JobManager {
             self.park(id);
         }
         self.admit(roster);
+        // A job that did not launch at once was not written out with its id: the id is,
+        // so a restarted controller does not give it to another job.
+        if self.saved_next_id < self.next_id {
+            self.persist();
+        }
     }
 
     /// Moves held jobs on as far as the fence and the launch limit let them, in order.
@@ -753,7 +777,11 @@ impl JobManager {
                 time_limit_ms: j.time_limit_ms,
             })
             .collect();
-        self.emit(Output::Persist(live));
+        self.saved_next_id = self.next_id;
+        self.emit(Output::Persist(Saved {
+            next_id: self.next_id,
+            live,
+        }));
     }
 }
 
@@ -779,7 +807,7 @@ mod tests {
     }
 
     fn mgr() -> JobManager {
-        JobManager::new(vec![]).0
+        JobManager::new(Saved::default()).0
     }
 
     /// ctl, n01, n02, n03 with `wired` wired in (and the controller, not a compute node).
@@ -963,7 +991,8 @@ mod tests {
             }
         }));
         assert!(
-            out.contains(&Output::Persist(vec![])),
+            out.iter()
+                .any(|o| matches!(o, Output::Persist(s) if s.live.is_empty())),
             "an ended job is no longer live"
         );
         let out = m.handle(&wired(&[]), Input::Jobs { link: 6 });
@@ -1065,6 +1094,48 @@ mod tests {
         )));
     }
 
+    /// Found by the soak: a controller restarted with no job live numbered from 1 again,
+    /// so two jobs (and their PMIx namespaces) had the same id.
+    #[test]
+    fn a_restarted_manager_never_reuses_an_id_even_with_no_job_live() {
+        let mut m = mgr();
+        let r = wired(&[1, 2]);
+        m.handle(&r, Input::Fence(HOLD_ALL));
+        let out = m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        let Some(Output::Persist(saved)) = out
+            .iter()
+            .find(|o| matches!(o, Output::Persist(_)))
+            .cloned()
+        else {
+            panic!("a held job's id was not written out: {out:?}");
+        };
+        assert!(saved.live.is_empty(), "a held job is not recovered");
+        let (mut m2, _) = JobManager::new(saved);
+        let out = m2.handle(
+            &r,
+            Input::Submit {
+                link: 7,
+                job: submit(1, MapBy::Node, None),
+            },
+        );
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Reply {
+                    reply: ToolReply::Submitted { id: 2, .. },
+                    ..
+                }
+            )),
+            "{out:?}"
+        );
+    }
+
     fn submitted(out: &[Output]) -> Vec<JobId> {
         out.iter()
             .filter_map(|o| match o {
@@ -1097,11 +1168,17 @@ mod tests {
         );
         assert_eq!(
             out,
-            vec![Output::State {
-                id: 1,
-                state: WAITING_FOR_DAEMONS,
-                code: 17
-            }],
+            vec![
+                Output::State {
+                    id: 1,
+                    state: WAITING_FOR_DAEMONS,
+                    code: 17
+                },
+                Output::Persist(Saved {
+                    next_id: 2,
+                    live: vec![]
+                })
+            ],
             "held: no placement, no launch, no answer yet"
         );
         let out = m.handle(&r, Input::Jobs { link: 6 });

@@ -5,25 +5,30 @@ use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
-use dvmlab_core::jobs::Persisted;
+use dvmlab_core::jobs::{Persisted, Saved};
 
-/// The live jobs a previous life of this controller left in `path` (none if there is no file,
-/// or a file that is not a job list, which is said in the log).
-pub fn read(path: &Path) -> Vec<Persisted> {
-    let live: Vec<Persisted> = match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
-            warn!(
-                "{}: not a job list ({e}); starting with none",
-                path.display()
-            );
-            Vec::new()
-        }),
-        Err(_) => Vec::new(),
+/// The live jobs and next job id a previous life of this controller left in `path` (none if
+/// there is no file, or a file that is not a job list, which is said in the log). A bare
+/// list of jobs, as earlier versions wrote, is read too.
+pub fn read(path: &Path) -> Saved {
+    let saved = match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str::<Saved>(&text)
+            .or_else(|_| {
+                serde_json::from_str::<Vec<Persisted>>(&text).map(|live| Saved { next_id: 0, live })
+            })
+            .unwrap_or_else(|e| {
+                warn!(
+                    "{}: not a job list ({e}); starting with none",
+                    path.display()
+                );
+                Saved::default()
+            }),
+        Err(_) => Saved::default(),
     };
-    if !live.is_empty() {
-        warn!("recovering {} running job(s) after a restart", live.len());
+    if !saved.live.is_empty() {
+        warn!("recovering {} running job(s) after a restart", saved.live.len());
     }
-    live
+    saved
 }
 
 /// Replaces `path` by `json`, whole or not at all (a sibling written, then renamed over it):
@@ -43,13 +48,13 @@ pub fn replace_json(path: &Path, json: serde_json::Result<Vec<u8>>) -> std::io::
 /// millisecond of a submit loses the job; its daemons then end it as unknown, as they do for
 /// any job the controller forgot.
 pub struct JobsFile {
-    latest: Option<std::sync::mpsc::Sender<Vec<Persisted>>>,
+    latest: Option<std::sync::mpsc::Sender<Saved>>,
     writer: Option<std::thread::JoinHandle<()>>,
 }
 
 impl JobsFile {
     pub fn start(path: PathBuf) -> JobsFile {
-        let (latest, rx) = std::sync::mpsc::channel::<Vec<Persisted>>();
+        let (latest, rx) = std::sync::mpsc::channel::<Saved>();
         let writer = std::thread::spawn(move || {
             while let Ok(mut live) = rx.recv() {
                 while let Ok(newer) = rx.try_recv() {
@@ -67,7 +72,7 @@ impl JobsFile {
         }
     }
 
-    pub fn write(&self, live: Vec<Persisted>) {
+    pub fn write(&self, live: Saved) {
         if let Some(tx) = &self.latest {
             // Fails only once the writer is gone, which happens only in drop.
             let _ = tx.send(live);

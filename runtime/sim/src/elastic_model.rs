@@ -101,7 +101,7 @@ impl World {
         for r in 1..b.initial {
             roster.set(r, State::Wired);
         }
-        let mut mgr = JobManager::new(vec![]).0;
+        let mut mgr = JobManager::new(dvmlab_core::jobs::Saved::default()).0;
         // One launch at a time: a mapped job waits at the launch boundary, where a shrink
         // that starts meanwhile catches it.
         mgr.set_max_launching(1);

@@ -564,7 +564,7 @@ impl Sim {
                     // time since the run started), so start times are all zero: a daemon's
                     // epoch is then the time of its connection, as in the real shell.
                     let cfg = self.cfg[r as usize].clone();
-                    let recovered = (r == 0).then(Vec::new);
+                    let recovered = (r == 0).then(Default::default);
                     self.nodes.insert(
                         r,
                         DaemonCore::new(cfg, recovered, dvmlab_core::event::server::DEFAULT_RING),
