@@ -135,18 +135,20 @@ DURATION ?= 1800
 SEED ?= 1
 BACKEND ?= netns
 SOAK_OUT ?= $(CURDIR)/target/soak/seed-$(SEED)
+SOAK_PROFILE ?= release
 soak:
-	cargo build --release -q --bins -p dvmlab-runtime -p dvmlab-harness -p dvmlab-soak
-	./target/release/dvmlab-soak run --nodes $(NODES) --spares $(SPARES) --duration $(DURATION) --seed $(SEED) --backend $(BACKEND) --out $(SOAK_OUT)
+	cargo build --profile $(SOAK_PROFILE) -q --bins -p dvmlab-runtime -p dvmlab-harness -p dvmlab-soak
+	./target/$(if $(filter dev,$(SOAK_PROFILE)),debug,$(SOAK_PROFILE))/dvmlab-soak run --nodes $(NODES) --spares $(SPARES) --duration $(DURATION) --seed $(SEED) --backend $(BACKEND) --out $(SOAK_OUT)
 
-## The short soak CI runs: 16 nodes, 2 minutes, a fixed seed (needs root for netns hosts).
+## The short soak CI runs: 16 nodes, 2 minutes, a fixed seed (needs root for netns hosts),
+## on the debug build the tests already made.
 soak-ci:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "!!!!!!!! SKIPPED soak-ci: the soak's hosts are network namespaces, which need root !!!!!!!!"; \
 	  if [ -n "$$DVMLAB_SKIP_LOG" ]; then echo "soak-ci: needs root" >> "$$DVMLAB_SKIP_LOG"; fi; \
 	  if [ -n "$$CI" ]; then exit 1; fi; exit 0; \
 	fi; \
-	$(MAKE) --no-print-directory soak NODES=16 SPARES=4 DURATION=120 SEED=7 SOAK_OUT=$(CURDIR)/target/soak/ci
+	$(MAKE) --no-print-directory soak NODES=16 SPARES=4 DURATION=120 SEED=7 SOAK_PROFILE=dev SOAK_OUT=$(CURDIR)/target/soak/ci
 
 gc: build
 	./target/debug/dvmlab-harness gc

@@ -157,11 +157,7 @@ impl DaemonCore {
     /// A daemon of `cfg`, keeping the last `event_ring` environment events. The controller
     /// is given the live jobs its previous life kept (`Some(vec![])` on a fresh start);
     /// other daemons `None`.
-    pub fn new(
-        cfg: NodeConfig,
-        recovered: Option<Saved>,
-        event_ring: usize,
-    ) -> DaemonCore {
+    pub fn new(cfg: NodeConfig, recovered: Option<Saved>, event_ring: usize) -> DaemonCore {
         let me = cfg.identity.rank;
         let tree = cfg.tree;
         let controller = recovered.is_some();

@@ -26,7 +26,10 @@ pub fn read(path: &Path) -> Saved {
         Err(_) => Saved::default(),
     };
     if !saved.live.is_empty() {
-        warn!("recovering {} running job(s) after a restart", saved.live.len());
+        warn!(
+            "recovering {} running job(s) after a restart",
+            saved.live.len()
+        );
     }
     saved
 }
