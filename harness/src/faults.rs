@@ -209,7 +209,11 @@ impl Cluster {
                 b: b.iter().map(|s| s.to_string()).collect(),
             },
         );
-        self.verify_paths(&[(x, y, true), (y, x, dir == Direction::Both)])?;
+        // A partition not shown in effect is not left behind for nobody to heal.
+        if let Err(e) = self.verify_paths(&[(x, y, true), (y, x, dir == Direction::Both)]) {
+            let _ = self.heal(id);
+            return Err(e);
+        }
         Ok(id)
     }
 
@@ -330,7 +334,10 @@ impl Cluster {
             }
         };
         self.faults.relays.insert(i, relay);
-        self.verify_impairment(host, peer, i, imp)
+        // An impairment not shown in effect is not left behind for nobody to undo.
+        self.verify_impairment(host, peer, i, imp).inspect_err(|_| {
+            let _ = self.unimpair(host);
+        })
     }
 
     /// Another host no partition separates from `host`, for probes.

@@ -197,8 +197,22 @@ fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, Stri
                 .try_for_each(|h| dvmlab_harness::agent::fail_launches(c.run_dir(), h, true)),
         };
         if let Err(e) = res {
-            // A target that went away meanwhile (a daemon that left, a host shrunk) is not
-            // the nemesis's failure: no fault, and the next one is drawn.
+            // A target that went away meanwhile (a daemon that left, a host shrunk), or a
+            // fault the harness could not show in effect (a delay lost in a loaded
+            // machine's noise), is not the nemesis's failure: whatever part of it was made
+            // is undone, so that no fault the history does not name stays, and the next
+            // one is drawn.
+            let _ = match &fault {
+                Fault::Freeze { host } => c.thaw(host),
+                Fault::LaunchFailure { hosts } => hosts
+                    .iter()
+                    .try_for_each(|h| dvmlab_harness::agent::fail_launches(c.run_dir(), h, false)),
+                // The harness takes back a partition or impairment it could not verify.
+                Fault::Kill { .. }
+                | Fault::Partition { .. }
+                | Fault::Impair { .. }
+                | Fault::ControllerRestart { .. } => Ok(()),
+            };
             eprintln!("soak: nemesis: {fault:?} could not be made: {e}");
             return Ok(None);
         }
