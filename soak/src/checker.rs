@@ -47,6 +47,17 @@ pub struct Violation {
     pub lines: Vec<usize>,
 }
 
+impl Verdict {
+    /// `PASS` or `FAIL`.
+    pub fn verdict(&self) -> &'static str {
+        if self.violations.is_empty() {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    }
+}
+
 impl Violation {
     fn new(what: String, mut lines: Vec<usize>) -> Violation {
         lines.sort_unstable();
@@ -599,7 +610,7 @@ enum Change {
     Unknown,
 }
 
-fn change_of(requester: bool, exit: Option<i32>, out: &[String]) -> (Change, usize) {
+fn change_of(requester: bool, out: &[String]) -> (Change, usize) {
     let ls = lines(out);
     let phase = |p: &'static str| ls.iter().filter(move |l| l["phase"] == p);
     let events: Vec<&Value> = phase("event").collect();
@@ -620,7 +631,6 @@ fn change_of(requester: bool, exit: Option<i32>, out: &[String]) -> (Change, usi
             _ => Change::Unknown,
         }
     };
-    let _ = exit;
     (c, events.len())
 }
 
@@ -645,7 +655,7 @@ fn one_terminal_event(ix: &Index) -> (usize, Vec<Violation>) {
         let Entry::Complete { exit, out, .. } = &ix.h[done].entry else {
             continue;
         };
-        let (c, events) = change_of(true, *exit, out);
+        let (c, events) = change_of(true, out);
         let accepted = lines(out).iter().any(|l| l["phase"] == "accepted");
         let lost = *exit == Some(TOOL_FAILED) || exit.is_none();
         let bad = match c {
@@ -726,10 +736,10 @@ fn final_membership(ix: &Index) -> (usize, Vec<Violation>) {
             } => (hosts, *requester, false),
             _ => continue,
         };
-        let Entry::Complete { exit, out, .. } = &ix.h[c].entry else {
+        let Entry::Complete { out, .. } = &ix.h[c].entry else {
             continue;
         };
-        let (change, _) = change_of(requester, *exit, out);
+        let (change, _) = change_of(requester, out);
         for h in hosts {
             match change {
                 Change::Done => {

@@ -63,8 +63,28 @@ pub struct World {
     pub jobs: HashMap<String, (u64, String)>,
     /// Hosts running processes of a live job, as the last jobs read showed.
     pub running_on: BTreeSet<String>,
-    /// Whether the last status read showed any campaign.
-    pub campaigning: bool,
+}
+
+impl World {
+    /// Joined hosts nobody is working on.
+    pub fn free_joined(&self) -> Vec<String> {
+        self.joined
+            .iter()
+            .filter(|h| !self.busy.contains(*h))
+            .cloned()
+            .collect()
+    }
+
+    /// Hosts of the soak's spares and `DVMNodes` that are out of the DVM and that nobody is
+    /// working on: what a grow may take.
+    pub fn free_outside(&self, ctx: &Ctx) -> Vec<String> {
+        ctx.spares
+            .iter()
+            .chain(&ctx.initial)
+            .filter(|h| !self.joined.contains(*h) && !self.busy.contains(*h))
+            .cloned()
+            .collect()
+    }
 }
 
 /// The soak's daemon command line.
@@ -193,35 +213,24 @@ impl Ctx {
 
     /// `pctl status --json` on the controller's host.
     pub fn status(&self) -> Option<serde_json::Value> {
-        let o = self.run(
-            &self.ctl,
-            &[
-                self.bin("pctl"),
-                "status".into(),
-                "--json".into(),
-                "--timeout".into(),
-                "3".into(),
-            ],
-            Duration::from_secs(10),
-        );
-        (o.exit == Some(0))
-            .then(|| serde_json::from_str(&o.out.join("\n")).ok())
-            .flatten()
+        self.pctl_json("status")
     }
 
     /// `pctl jobs --json` on the controller's host.
     pub fn jobs(&self) -> Option<Vec<serde_json::Value>> {
-        let o = self.run(
-            &self.ctl,
-            &[
-                self.bin("pctl"),
-                "jobs".into(),
-                "--json".into(),
-                "--timeout".into(),
-                "3".into(),
-            ],
-            Duration::from_secs(10),
-        );
+        self.pctl_json("jobs")
+    }
+
+    /// `pctl WHAT --json` on the controller's host, parsed; `None` if it failed.
+    fn pctl_json<T: serde::de::DeserializeOwned>(&self, what: &str) -> Option<T> {
+        let argv = [
+            self.bin("pctl"),
+            what.into(),
+            "--json".into(),
+            "--timeout".into(),
+            "3".into(),
+        ];
+        let o = self.run(&self.ctl, &argv, Duration::from_secs(10));
         (o.exit == Some(0))
             .then(|| serde_json::from_str(&o.out.join("\n")).ok())
             .flatten()

@@ -71,11 +71,7 @@ fn check(path: &Path) -> Result<bool, String> {
         println!(
             "{:<26} {} ({} checked, {} violations)",
             v.property,
-            if v.violations.is_empty() {
-                "PASS"
-            } else {
-                "FAIL"
-            },
+            v.verdict(),
             v.checked,
             v.violations.len()
         );

@@ -63,25 +63,13 @@ fn pick(r: &mut ChaCha8Rng, pool: &[String]) -> Option<String> {
 fn inject(ctx: &Ctx, r: &mut ChaCha8Rng, id: u64) -> Result<Option<Active>, String> {
     let (joined_free, killable, free_spares) = {
         let w = ctx.world.lock().map_err(|_| "world lock poisoned")?;
-        let free: Vec<String> = w
-            .joined
-            .iter()
-            .filter(|h| !w.busy.contains(*h))
-            .cloned()
-            .collect();
+        let free = w.free_joined();
         let killable: Vec<String> = free
             .iter()
             .filter(|h| ctx.initial.contains(h) && !w.launched.contains(*h))
             .cloned()
             .collect();
-        let spares: Vec<String> = ctx
-            .spares
-            .iter()
-            .chain(&ctx.initial)
-            .filter(|h| !w.joined.contains(*h) && !w.busy.contains(*h))
-            .cloned()
-            .collect();
-        (free, killable, spares)
+        (free, killable, w.free_outside(ctx))
     };
     let roll = r.random_range(0..100);
     let (fault, dur) = match roll {

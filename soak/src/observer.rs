@@ -109,7 +109,6 @@ pub fn run(ctx: &Ctx, stop: &AtomicBool) {
                         .filter(|(h, st)| **st == "joined" && **h != ctx.ctl)
                         .map(|(h, _)| h.to_string())
                         .collect();
-                    w.campaigning = !now.2.is_empty();
                 }
                 last_status = Some(now);
             }

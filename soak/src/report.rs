@@ -115,11 +115,7 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
             md,
             "| `{}` | {} | {} | {} | {} |",
             v.property,
-            if v.violations.is_empty() {
-                "PASS"
-            } else {
-                "FAIL"
-            },
+            v.verdict(),
             v.checked,
             v.violations.len(),
             v.claim

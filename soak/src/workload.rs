@@ -61,7 +61,7 @@ fn tool_host(ctx: &Ctx, r: &mut ChaCha8Rng) -> String {
         Ok(w) => w,
         Err(_) => return ctx.ctl.clone(),
     };
-    let free: Vec<&String> = w.joined.iter().filter(|h| !w.busy.contains(*h)).collect();
+    let free = w.free_joined();
     if free.is_empty() {
         ctx.ctl.clone()
     } else {
@@ -77,16 +77,10 @@ pub fn jobs(ctx: &Ctx, stream: u64) {
         let tag = format!("soak-job-{op}");
         // Mostly on some of the nodes nobody is shrinking (so that shrinks find idle
         // nodes), now and then one process per node of the whole DVM.
-        let free: Vec<String> = ctx
+        let free = ctx
             .world
             .lock()
-            .map(|w| {
-                w.joined
-                    .iter()
-                    .filter(|h| !w.busy.contains(*h))
-                    .cloned()
-                    .collect()
-            })
+            .map(|w| w.free_joined())
             .unwrap_or_default();
         let (hosts, width) = if free.is_empty() || r.random_bool(0.1) {
             (
@@ -193,19 +187,17 @@ fn killed_job(
     };
     let prun = std::thread::scope(|s| {
         let h = s.spawn(|| run_command(cmd, OP_DEADLINE, |_| {}));
-        // Wait for the job to run, as the observer sees it, then kill it.
+        // Wait for the job to run, as the observer sees it, then kill it (unless prun
+        // ended first: the job never ran, or a fault ended it).
         let running =
             dvmlab_harness::wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
                 match ctx.world.lock().ok().and_then(|w| w.jobs.get(tag).cloned()) {
-                    Some((id, state)) if state == "RUNNING" => Ok(id),
-                    _ if h.is_finished() => Ok(0),
+                    Some((id, state)) if state == "RUNNING" => Ok(Some(id)),
+                    _ if h.is_finished() => Ok(None),
                     other => Err(format!("{tag} not running yet: {other:?}")),
                 }
             });
-        if let Ok(id) = running
-            .map_err(|_| ())
-            .and_then(|id| if id == 0 { Err(()) } else { Ok(id) })
-        {
+        if let Ok(Some(id)) = running {
             pause(ctx, r, 100, 1500);
             let kill = ctx.op_id();
             operate(
@@ -240,13 +232,7 @@ pub fn elastic(ctx: &Ctx) {
         }
         let (grow, hosts) = {
             let Ok(mut w) = ctx.world.lock() else { return };
-            let outside: Vec<String> = ctx
-                .spares
-                .iter()
-                .chain(&ctx.initial)
-                .filter(|h| !w.joined.contains(*h) && !w.busy.contains(*h))
-                .cloned()
-                .collect();
+            let outside = w.free_outside(ctx);
             // Initial nodes may go, but at least half of them stay.
             let initial_in = ctx.initial.iter().filter(|h| w.joined.contains(*h)).count();
             let inside: Vec<String> = w
@@ -306,22 +292,11 @@ pub fn elastic(ctx: &Ctx) {
         let op = ctx.op_id();
         let list = hosts.join(",");
         let argv: Vec<String> = match (grow, requester) {
-            (true, true) => vec![
+            // `--linger` keeps palloc listening after the terminal event, so that a second
+            // one would be recorded.
+            (_, true) => vec![
                 ctx.bin("palloc"),
-                "new".into(),
-                "--host".into(),
-                list,
-                "--request-id".into(),
-                format!("r{op}"),
-                "--json".into(),
-                "--linger".into(),
-                "2".into(),
-                "--timeout".into(),
-                "90".into(),
-            ],
-            (false, true) => vec![
-                ctx.bin("palloc"),
-                "release".into(),
+                if grow { "new" } else { "release" }.into(),
                 "--host".into(),
                 list,
                 "--request-id".into(),
