@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci soak-broken bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -125,7 +125,6 @@ fuzz:
 fuzz-smoke:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=15
 
-## Remove namespaces, run directories and locks left by crashed runs.
 ## The soak (README, "Soak"): an elastic DVM of NODES netns hosts and SPARES spare hosts
 ## under a seeded workload and nemesis for DURATION seconds, its history checked by an
 ## independent checker. Report, charts, history and every host's log in SOAK_OUT.
@@ -150,6 +149,18 @@ soak-ci:
 	fi; \
 	$(MAKE) --no-print-directory soak NODES=16 SPARES=4 DURATION=120 SEED=7 SOAK_PROFILE=dev SOAK_OUT=$(CURDIR)/target/soak/ci
 
+## The checker shown failing on real runs: a short soak of a runtime broken on purpose, once
+## per defect (dvmlab_test_elastic_fault); each passes only if the checker flags the property
+## that defect breaks. Reports in target/soak/broken/DEFECT.
+SOAK_BROKEN = launch-on-departing:starts-on-wired-daemons lose-held-jobs:jobs-end-once duplicate-terminal:one-terminal-event
+soak-broken:
+	cargo build -q --bins -p dvmlab-runtime -p dvmlab-harness -p dvmlab-soak
+	@status=0; for d in $(SOAK_BROKEN); do \
+	  echo "== soak of a runtime broken with $${d%%:*}: $${d##*:} must be violated"; \
+	  ./target/debug/dvmlab-soak run --nodes 16 --spares 4 --duration 60 --seed 7 --runtime-fault $${d%%:*} --expect-violation $${d##*:} --out $(CURDIR)/target/soak/broken/$${d%%:*} || status=1; \
+	done; exit $$status
+
+## Remove namespaces, run directories and locks left by crashed runs.
 gc: build
 	./target/debug/dvmlab-harness gc
 

@@ -26,6 +26,9 @@ pub struct Config {
     pub backend: BackendKind,
     /// Where the history, report, charts and logs go.
     pub out: PathBuf,
+    /// A defect to give the runtime on purpose (`dvmlab_test_elastic_fault`), to show the
+    /// checker catching it.
+    pub runtime_fault: Option<String>,
 }
 
 /// What the threads share.
@@ -88,7 +91,7 @@ impl World {
 }
 
 /// The soak's daemon command line.
-fn daemon_argv(bins: &Path, agent: &Path) -> Vec<String> {
+fn daemon_argv(bins: &Path, agent: &Path, fault: Option<&str>) -> Vec<String> {
     let mut argv = vec![
         bins.join("prted").display().to_string(),
         "--bootstrap".into(),
@@ -101,6 +104,13 @@ fn daemon_argv(bins: &Path, agent: &Path) -> Vec<String> {
         ("odls_base_verbose", "1"),
     ] {
         argv.extend(["--prtemca".into(), k.into(), v.to_string()]);
+    }
+    if let Some(f) = fault {
+        argv.extend([
+            "--prtemca".into(),
+            "dvmlab_test_elastic_fault".into(),
+            f.to_string(),
+        ]);
     }
     argv
 }
@@ -145,7 +155,7 @@ impl Ctx {
         let mut cluster = Cluster::new(spec)?;
         let agent = cluster.write_agent(&bins.join("dvmlab-harness"))?;
         let agent = dvmlab_harness::agent::write_failable(cluster.run_dir(), &agent)?;
-        cluster.set_daemon(daemon_argv(&bins, &agent));
+        cluster.set_daemon(daemon_argv(&bins, &agent, cfg.runtime_fault.as_deref()));
         let mut first = vec![ctl.clone()];
         first.extend(initial.iter().cloned());
         cluster.start_many(&first)?;

@@ -41,6 +41,10 @@ pub enum Entry {
         /// Hosts the DVM may grow onto.
         spares: Vec<String>,
         duration_s: u64,
+        /// The defect the runtime was given on purpose (`dvmlab_test_elastic_fault`), for a
+        /// run that shows the checker catching it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runtime_fault: Option<String>,
     },
     /// An operation was started, on `host`.
     Invoke { op: u64, host: String, what: Op },

@@ -13,7 +13,8 @@ use dvmlab_soak::{checker, history, report, soak};
 /// every operation recorded as a history, then checked by an independent checker.
 ///
 /// Exit status: 0 every property held; 1 a violation (the report names the seed and the
-/// window of history that shows it); 2 the soak could not run.
+/// window of history that shows it); 2 the soak could not run. With --expect-violation P
+/// (a run of a runtime broken on purpose): 0 when P was violated, 1 when it held.
 #[derive(Parser)]
 #[command(name = "dvmlab-soak", version, verbatim_doc_comment)]
 struct Cli {
@@ -44,9 +45,35 @@ enum Cmd {
         /// Where the history, report, charts and logs go.
         #[arg(long, default_value = "target/soak")]
         out: PathBuf,
+        /// Break the runtime on purpose in this way (`dvmlab_test_elastic_fault`:
+        /// launch-on-departing, lose-held-jobs, duplicate-terminal and the others prted
+        /// names), to show the checker catching it.
+        #[arg(long, value_name = "DEFECT")]
+        runtime_fault: Option<String>,
+        /// Succeed only if this property is violated (see --runtime-fault).
+        #[arg(long, value_name = "PROPERTY", value_parser = property)]
+        expect_violation: Option<String>,
     },
     /// Check a history and write its report beside it.
-    Check { history: PathBuf },
+    Check {
+        history: PathBuf,
+        /// Succeed only if this property is violated.
+        #[arg(long, value_name = "PROPERTY", value_parser = property)]
+        expect_violation: Option<String>,
+    },
+}
+
+/// A property the checker knows.
+fn property(s: &str) -> Result<String, String> {
+    let names: Vec<&str> = checker::PROPERTIES.iter().map(|p| p.0).collect();
+    if names.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "no property {s}; the checker has {}",
+            names.join(", ")
+        ))
+    }
 }
 
 fn backend(s: &str) -> Result<BackendKind, String> {
@@ -60,8 +87,9 @@ fn backend(s: &str) -> Result<BackendKind, String> {
     }
 }
 
-/// Checks `path`, writes the report beside it and prints the verdicts.
-fn check(path: &Path) -> Result<bool, String> {
+/// Checks `path`, writes the report beside it and prints the verdicts; true when every
+/// property held, or, given `expect`, when that property was violated.
+fn check(path: &Path, expect: Option<&str>) -> Result<bool, String> {
     let h = history::read(path)?;
     let verdicts = checker::check(&h);
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -82,7 +110,15 @@ fn check(path: &Path) -> Result<bool, String> {
         }
     }
     println!("report: {}", dir.join("report.md").display());
-    Ok(ok)
+    let Some(want) = expect else { return Ok(ok) };
+    let caught = verdicts
+        .iter()
+        .any(|v| v.property == want && !v.violations.is_empty());
+    println!(
+        "expected a violation of {want}: {}",
+        if caught { "caught" } else { "NOT caught" }
+    );
+    Ok(caught)
 }
 
 fn main() -> ExitCode {
@@ -96,6 +132,8 @@ fn main() -> ExitCode {
             seed,
             backend: b,
             out,
+            runtime_fault,
+            expect_violation,
         } => backend(&b).and_then(|backend| {
             let cfg = Config {
                 nodes,
@@ -105,15 +143,19 @@ fn main() -> ExitCode {
                 seed,
                 backend,
                 out,
+                runtime_fault,
             };
             let path = soak::run(&cfg)?;
-            let ok = check(&path)?;
-            if !ok {
+            let ok = check(&path, expect_violation.as_deref())?;
+            if !ok && expect_violation.is_none() {
                 println!("seed {seed}: violations found");
             }
             Ok(ok)
         }),
-        Cmd::Check { history } => check(&history),
+        Cmd::Check {
+            history,
+            expect_violation,
+        } => check(&history, expect_violation.as_deref()),
     };
     match res {
         Ok(true) => ExitCode::SUCCESS,

@@ -79,7 +79,7 @@ fn op_stats(h: &[Record]) -> OpStats {
 /// Writes `report.md`, `timeline.svg` and `latency.svg` into `dir`; returns the report.
 pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, String> {
     let mut md = String::new();
-    let (seed, backend, initial, spares, dur) = h
+    let (seed, backend, initial, spares, dur, fault) = h
         .iter()
         .find_map(|r| match &r.entry {
             Entry::Meta {
@@ -88,6 +88,7 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
                 initial,
                 spares,
                 duration_s,
+                runtime_fault,
                 ..
             } => Some((
                 *seed,
@@ -95,6 +96,7 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
                 initial.len(),
                 spares.len(),
                 *duration_s,
+                runtime_fault.clone(),
             )),
             _ => None,
         })
@@ -106,6 +108,12 @@ pub fn write(dir: &Path, h: &[Record], verdicts: &[Verdict]) -> Result<String, S
         h.len(),
         if bad == 0 { "No violation".to_string() } else { format!("{bad} violations") }
     );
+    if let Some(f) = fault {
+        let _ = writeln!(
+            md,
+            "The runtime was **broken on purpose** (`dvmlab_test_elastic_fault {f}`): this run shows the checker catching it.\n"
+        );
+    }
     let _ = writeln!(
         md,
         "| property | verdict | checked | violations | what it promises |\n|---|---|---:|---:|---|"

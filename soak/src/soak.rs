@@ -29,6 +29,7 @@ pub fn run(cfg: &Config) -> Result<PathBuf, String> {
         initial: ctx.initial.clone(),
         spares: ctx.spares.clone(),
         duration_s: cfg.duration.as_secs(),
+        runtime_fault: cfg.runtime_fault.clone(),
     });
     eprintln!(
         "soak: {} nodes and {} spares formed; running for {:?} with seed {}",

@@ -65,6 +65,7 @@ fn good() -> Vec<Record> {
                 initial: vec!["n01".into(), "n02".into()],
                 spares: vec!["s01".into()],
                 duration_s: 60,
+                runtime_fault: None,
             },
         ),
         rec(1, daemon("n01", 1, DaemonWhat::Started)),

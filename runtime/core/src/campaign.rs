@@ -149,8 +149,8 @@ pub enum Output {
     Lost(IdSet),
 }
 
-/// A deliberate defect, for showing that the conformance suite catches it (the test-only
-/// parameter `dvmlab_test_elastic_fault`). Never set outside such a test.
+/// A deliberate defect, for showing that the conformance suite and the soak's checker catch
+/// it (the test-only parameter `dvmlab_test_elastic_fault`). Never set outside such a test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
     /// Jobs are never held: the fence is ignored.
@@ -159,16 +159,33 @@ pub enum Fault {
     CompleteOnLaunch,
     /// A failed grow departs only the daemons that started: the others stay members.
     PartialRollback,
+    /// The fence is ignored and departing daemons still count as places to run jobs; a
+    /// departing daemon stays its whole grace and runs what it is sent.
+    LaunchOnDeparting,
+    /// The jobs held for a campaign are forgotten when it ends: never run, never answered.
+    LoseHeldJobs,
+    /// A campaign's requester hears its terminal event twice.
+    DuplicateTerminal,
 }
 
 impl Fault {
+    /// Every fault, by the name the parameter takes.
+    pub const NAMES: &[(&str, Fault)] = &[
+        ("park-nothing", Fault::ParkNothing),
+        ("complete-on-launch", Fault::CompleteOnLaunch),
+        ("partial-rollback", Fault::PartialRollback),
+        ("launch-on-departing", Fault::LaunchOnDeparting),
+        ("lose-held-jobs", Fault::LoseHeldJobs),
+        ("duplicate-terminal", Fault::DuplicateTerminal),
+    ];
+
     pub fn parse(s: &str) -> Option<Fault> {
-        match s {
-            "park-nothing" => Some(Fault::ParkNothing),
-            "complete-on-launch" => Some(Fault::CompleteOnLaunch),
-            "partial-rollback" => Some(Fault::PartialRollback),
-            _ => None,
-        }
+        Fault::NAMES.iter().find(|(n, _)| *n == s).map(|(_, f)| *f)
+    }
+
+    /// Whether the job manager is never told of the fence.
+    pub fn ignores_fence(self) -> bool {
+        matches!(self, Fault::ParkNothing | Fault::LaunchOnDeparting)
     }
 }
 
@@ -900,7 +917,7 @@ impl Campaigns {
     /// answer. `cause` is `None` for success.
     fn end(&mut self, c: Campaign, cause: Option<Status>, out: &mut Vec<Output>) {
         if let Some(requester) = c.origin.requester {
-            out.push(Output::Terminal {
+            let terminal = Output::Terminal {
                 requester,
                 code: if cause.is_none() {
                     dvmlab_proto::event::DVM_IS_READY
@@ -908,9 +925,13 @@ impl Campaigns {
                     dvmlab_proto::event::ERR_DVM_MOD
                 },
                 alloc_id: c.alloc_id.clone(),
-                req_id: c.req_id,
+                req_id: c.req_id.clone(),
                 cause,
-            });
+            };
+            if self.fault == Some(Fault::DuplicateTerminal) {
+                out.push(terminal.clone());
+            }
+            out.push(terminal);
         }
         if c.origin.wait {
             out.push(Output::Reply {
@@ -1092,6 +1113,25 @@ mod tests {
         assert_eq!(roster.compute_ranks(), vec![1, 2, 3, 4, 5]);
         let out = c.handle(&mut roster, Input::Wired(ids(&[4, 5])));
         assert!(terminals(&out).is_empty(), "exactly one terminal event");
+    }
+
+    /// The soak's checker is shown the `duplicate-terminal` defect: this is what it does.
+    #[test]
+    fn the_duplicate_terminal_defect_sends_the_ready_event_twice() {
+        let (_, mut roster) = dvm();
+        let mut c = Campaigns::new(Config {
+            radix: 2,
+            timeout: Duration::from_secs(5),
+            components: vec![],
+            fault: Some(Fault::DuplicateTerminal),
+        });
+        c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
+        roster.set(4, State::Wired);
+        let out = c.handle(&mut roster, Input::Wired(ids(&[4])));
+        assert_eq!(
+            terminals(&out),
+            vec![(DVM_IS_READY, None, "tool@0.7".into()); 2]
+        );
     }
 
     #[test]

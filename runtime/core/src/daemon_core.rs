@@ -204,6 +204,7 @@ impl DaemonCore {
             if let Some(n) = max_launching {
                 m.set_max_launching(n);
             }
+            m.set_fault(elastic.as_ref().and_then(|c| c.fault));
             self.campaigns = elastic.map(Campaigns::new);
         }
     }

@@ -32,7 +32,9 @@ pub fn step(
     for o in campaigns.handle(roster, input) {
         let to_jobs = match o {
             campaign::Output::Fence(_)
-                if campaigns.fault() == Some(campaign::Fault::ParkNothing) =>
+                if campaigns
+                    .fault()
+                    .is_some_and(campaign::Fault::ignores_fence) =>
             {
                 continue
             }

@@ -21,10 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use std::collections::VecDeque;
 
-use crate::campaign::Fence;
+use crate::campaign::{Fault, Fence};
 use crate::exec::{self, JobEvent, JobId, JobSpec};
 use crate::overlay::LinkId;
-use crate::roster::Roster;
+use crate::roster::{Roster, State};
 use crate::tree::Rank;
 use dvmlab_proto::idset::IdSet;
 use dvmlab_proto::limits::{
@@ -171,6 +171,8 @@ pub struct JobManager {
     mapped: VecDeque<JobId>,
     max_launching: usize,
     launching: usize,
+    /// A deliberate defect of the job side (tests only, see [`Fault`]).
+    fault: Option<Fault>,
     out: Vec<Output>,
 }
 
@@ -183,9 +185,8 @@ fn spec_bytes(job: &Submit) -> usize {
         + job.cwd.as_ref().map_or(0, String::len)
 }
 
-/// Places a job on the roster's compute ranks (or the hosts it names), or says why not.
-fn map(roster: &Roster, want: &Want) -> Result<Placement, String> {
-    let joined = roster.compute_ranks();
+/// Places a job on `joined` (or those of the hosts it names), or says why not.
+fn map(roster: &Roster, joined: Vec<Rank>, want: &Want) -> Result<Placement, String> {
     let nodes: Vec<Rank> = match &want.hosts {
         Some(hosts) => {
             let mut v = Vec::new();
@@ -238,6 +239,7 @@ impl JobManager {
             mapped: VecDeque::new(),
             max_launching: MAX_LIVE_JOBS,
             launching: 0,
+            fault: None,
             out: Vec::new(),
         };
         let mut recovered = Vec::new();
@@ -270,6 +272,28 @@ impl JobManager {
     /// At most `n` (at least 1) jobs launching at once: the rest wait, mapped, for their turn.
     pub fn set_max_launching(&mut self, n: usize) {
         self.max_launching = n.clamp(1, MAX_LIVE_JOBS);
+    }
+
+    /// Makes the manager deliberately wrong in `fault`'s way, where that is its part (the
+    /// test-only `dvmlab_test_elastic_fault`).
+    pub fn set_fault(&mut self, fault: Option<Fault>) {
+        self.fault = fault;
+    }
+
+    /// The ranks a job may run on: the compute ranks (and, broken on purpose, departing
+    /// ones).
+    fn runnable(&self, roster: &Roster) -> Vec<Rank> {
+        let mut ranks = roster.compute_ranks();
+        if self.fault == Some(Fault::LaunchOnDeparting) {
+            ranks.extend(
+                roster
+                    .iter()
+                    .filter(|(_, m)| m.state == State::Departing)
+                    .map(|(r, _)| r),
+            );
+            ranks.sort_unstable();
+        }
+        ranks
     }
 
     /// Ranks running (or about to run) processes of a launched job that has not ended.
@@ -316,6 +340,9 @@ impl JobManager {
             }
             Input::Event(e) => self.on_event(roster, e),
             Input::Fence(f) => {
+                if f == Fence::OPEN && self.fault == Some(Fault::LoseHeldJobs) {
+                    self.forget_held();
+                }
                 self.fence = f;
                 self.admit(roster);
             }
@@ -402,7 +429,7 @@ impl JobManager {
         // Mapped now when the boundary is open, so that a job that cannot be placed is
         // refused at once, before it gets an id.
         let placement = if self.fence.map_open {
-            match map(roster, &want) {
+            match map(roster, self.runnable(roster), &want) {
                 Ok(p) => Some(p),
                 Err(e) => return self.error(link, e),
             }
@@ -509,13 +536,31 @@ impl JobManager {
         });
     }
 
+    /// The defect `lose-held-jobs`: every job held for a campaign is dropped without a word
+    /// to its submitter.
+    fn forget_held(&mut self) {
+        let held: Vec<JobId> = self
+            .unmapped
+            .drain(..)
+            .chain(self.mapped.iter().copied().filter(|id| {
+                self.jobs
+                    .get(id)
+                    .is_some_and(|j| j.report.state == WAITING_FOR_DAEMONS)
+            }))
+            .collect();
+        self.mapped.retain(|id| !held.contains(id));
+        for id in &held {
+            self.jobs.remove(id);
+        }
+    }
+
     /// Maps a job that was held at the map-eligible boundary; one that cannot be placed
     /// any more ends.
     fn map_job(&mut self, roster: &Roster, id: JobId) {
         let Some(want) = self.jobs.get(&id).map(|j| j.want.clone()) else {
             return;
         };
-        match map(roster, &want) {
+        match map(roster, self.runnable(roster), &want) {
             Ok(p) => {
                 self.place(id, p);
                 self.mapped.push_back(id);
@@ -539,10 +584,10 @@ impl JobManager {
         let Some(j) = self.jobs.get(&id) else {
             return;
         };
-        let compute: IdSet = roster.compute_ranks().into_iter().collect();
+        let compute: IdSet = self.runnable(roster).into_iter().collect();
         if !j.ranks.difference(&compute).is_empty() {
             let want = j.want.clone();
-            match map(roster, &want) {
+            match map(roster, compute.iter().collect(), &want) {
                 Ok(p) => self.place(id, p),
                 Err(e) => return self.end_unlaunched(id, format!("remap: {e}")),
             }
@@ -1190,6 +1235,42 @@ mod tests {
         assert_eq!(submitted(&out), vec![1]);
         assert!(out.iter().any(|o| matches!(o, Output::Reply { link: 5, reply: ToolReply::Submitted { id: 1, placement } } if placement.ranks() == IdSet::range(1, 2))));
         assert_eq!(m.busy(), IdSet::range(1, 2));
+    }
+
+    /// The soak's checker is shown the `lose-held-jobs` defect: this is what it does.
+    #[test]
+    fn the_lose_held_jobs_defect_drops_a_held_job_without_a_word_when_the_fence_opens() {
+        let mut m = mgr();
+        m.set_fault(Some(Fault::LoseHeldJobs));
+        let r = wired(&[1, 2, 3]);
+        m.handle(&r, Input::Fence(HOLD_MAP));
+        m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(2, MapBy::Node, None),
+            },
+        );
+        let out = m.handle(&r, Input::Fence(Fence::OPEN));
+        assert!(out.is_empty(), "no launch, no answer: {out:?}");
+        assert_eq!(m.states().count(), 0, "the job is gone");
+    }
+
+    /// The soak's checker is shown the `launch-on-departing` defect: this is what it does.
+    #[test]
+    fn the_launch_on_departing_defect_places_a_job_on_a_departing_rank() {
+        let mut m = mgr();
+        m.set_fault(Some(Fault::LaunchOnDeparting));
+        let mut r = wired(&[1, 2, 3]);
+        r.set(2, State::Departing);
+        let out = m.handle(
+            &r,
+            Input::Submit {
+                link: 5,
+                job: submit(3, MapBy::Node, None),
+            },
+        );
+        assert!(out.iter().any(|o| matches!(o, Output::Reply { reply: ToolReply::Submitted { placement, .. }, .. } if placement.ranks() == IdSet::range(1, 3))), "{out:?}");
     }
 
     #[test]

@@ -263,6 +263,7 @@ pub async fn run(
         controller_uri: p.controller_uri().to_string(),
         uri: uri.to_string(),
         authenticated: key.is_some(),
+        depart_lingers: s.elastic_fault == Some(dvmlab_core::campaign::Fault::LaunchOnDeparting),
     };
     let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
     let ctx = Arc::new(Ctx {

@@ -166,6 +166,7 @@ impl Sim {
                 controller_uri: "sim".into(),
                 uri: format!("sim.{r};tcp://10.0.0.{}:7817:16", r % 250),
                 authenticated: true,
+                depart_lingers: false,
             })
             .collect();
         Sim {

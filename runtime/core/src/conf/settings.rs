@@ -444,9 +444,16 @@ impl Settings {
                 .get(ELASTIC_FAULT_PARAM)
                 .map(|(v, o)| {
                     crate::campaign::Fault::parse(v).ok_or_else(|| {
+                        let names: Vec<&str> = crate::campaign::Fault::NAMES
+                            .iter()
+                            .map(|(n, _)| *n)
+                            .collect();
                         bad_value(
                             &o,
-                            "dvmlab_test_elastic_fault must be park-nothing, complete-on-launch or partial-rollback",
+                            &format!(
+                                "dvmlab_test_elastic_fault must be one of {}",
+                                names.join(", ")
+                            ),
                             v,
                         )
                     })

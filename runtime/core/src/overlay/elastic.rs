@@ -87,7 +87,7 @@ impl Node {
         for link in &links {
             self.send(*link, DaemonMsg::Rehome);
         }
-        if links.is_empty() {
+        if links.is_empty() && !self.cfg.depart_lingers {
             return self.finish_depart();
         }
         self.emit(Output::SetTimer {

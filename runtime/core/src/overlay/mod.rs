@@ -65,6 +65,9 @@ pub struct NodeConfig {
     /// Whether the shell authenticates and encrypts every connection with the DVM key (it
     /// shows in the status; the core itself never sees a byte of the channel).
     pub authenticated: bool,
+    /// Broken on purpose (the test-only `launch-on-departing` defect): a departing daemon
+    /// stays its whole grace even with no child to wait for.
+    pub depart_lingers: bool,
 }
 
 /// Something that happened.
@@ -797,6 +800,7 @@ mod tests {
             controller_uri: "t".into(),
             uri: format!("t.{rank}"),
             authenticated: false,
+            depart_lingers: false,
         })
     }
 
