@@ -209,21 +209,46 @@ fn timeline(path: &Path, h: &[Record]) -> Result<(), String> {
     // Joined daemons and live jobs over time.
     let mut joined = Vec::new();
     let mut live_jobs = Vec::new();
+    // A job is live from when pctl shows it until pctl shows it ended or its prun returns
+    // (a controller restart may take its end from view).
     let mut states: BTreeMap<u64, bool> = BTreeMap::new();
+    let mut id_of_op: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut op_of_tag: BTreeMap<&str, u64> = BTreeMap::new();
     for r in h {
-        match &r.entry {
-            Entry::Status { members, .. } => joined.push((
-                secs(h, r.t_us),
-                members.iter().filter(|m| m.state == "joined").count() as f64,
-            )),
-            Entry::Job { id, state, .. } => {
-                states.insert(*id, state != "INACTIVE");
-                live_jobs.push((
+        let changed = match &r.entry {
+            Entry::Status { members, .. } => {
+                joined.push((
                     secs(h, r.t_us),
-                    states.values().filter(|l| **l).count() as f64,
+                    members.iter().filter(|m| m.state == "joined").count() as f64,
                 ));
+                false
             }
-            _ => {}
+            Entry::Invoke {
+                op,
+                what: Op::Job { tag, .. },
+                ..
+            } => {
+                op_of_tag.insert(tag, *op);
+                false
+            }
+            Entry::Job { id, state, tag, .. } => {
+                if let Some(op) = tag.as_deref().and_then(|t| op_of_tag.get(t)) {
+                    id_of_op.insert(*op, *id);
+                }
+                states.insert(*id, state != "INACTIVE");
+                true
+            }
+            Entry::Complete { op, .. } => id_of_op
+                .remove(op)
+                .and_then(|id| states.insert(id, false))
+                .is_some(),
+            _ => false,
+        };
+        if changed {
+            live_jobs.push((
+                secs(h, r.t_us),
+                states.values().filter(|l| **l).count() as f64,
+            ));
         }
     }
     let top = joined
@@ -232,6 +257,21 @@ fn timeline(path: &Path, h: &[Record]) -> Result<(), String> {
         .map(|p| p.1)
         .fold(1.0, f64::max)
         * 1.1;
+    // A count holds until its next change: steps, not slopes between sparse changes.
+    let steps = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+        let mut v: Vec<(f64, f64)> = Vec::with_capacity(pts.len() * 2 + 1);
+        for &(t, y) in pts {
+            if let Some(&(_, prev)) = v.last() {
+                v.push((t, prev));
+            }
+            v.push((t, y));
+        }
+        if let Some(&(_, y)) = v.last() {
+            v.push((end, y));
+        }
+        v
+    };
+    let (joined, live_jobs) = (steps(&joined), steps(&live_jobs));
     // Faults and campaigns as bars, one row per kind.
     let mut rows: Vec<String> = Vec::new();
     let mut bars: Vec<(usize, f64, f64)> = Vec::new();
@@ -287,6 +327,7 @@ fn timeline(path: &Path, h: &[Record]) -> Result<(), String> {
         .map_err(|e| err(&e))?;
     c.configure_mesh()
         .x_desc("seconds")
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(|e| err(&e))?;
     for (i, (name, pts)) in [("daemons joined", &joined), ("jobs live", &live_jobs)]
@@ -350,7 +391,9 @@ fn latency(path: &Path, stats: &OpStats, seed: u64) -> Result<(), String> {
         series.entry(name).or_default().extend(pts);
     }
     let end = series.values().flatten().map(|p| p.0).fold(1.0, f64::max);
-    let top = series.values().flatten().map(|p| p.1).fold(0.1, f64::max) * 1.1;
+    // Notifications take milliseconds, jobs seconds: a log scale shows both.
+    let floor = 0.001;
+    let top = series.values().flatten().map(|p| p.1).fold(0.1, f64::max) * 1.5;
     let root = SVGBackend::new(path, (1100, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut c = ChartBuilder::on(&root)
@@ -361,19 +404,22 @@ fn latency(path: &Path, stats: &OpStats, seed: u64) -> Result<(), String> {
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..end, 0.0..top)
+        .build_cartesian_2d(0.0..end, (floor..top).log_scale())
         .map_err(|e| err(&e))?;
     c.configure_mesh()
         .x_desc("completed at (s)")
-        .y_desc("latency (s)")
+        .y_desc("latency (s, log scale)")
         .draw()
         .map_err(|e| err(&e))?;
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        c.draw_series(pts.iter().map(|&p| Circle::new(p, 2, color.filled())))
-            .map_err(|e| err(&e))?
-            .label(name.as_str())
-            .legend(move |(x, y)| Circle::new((x + 8, y), 3, color.filled()));
+        c.draw_series(
+            pts.iter()
+                .map(|&(t, l)| Circle::new((t, l.max(floor)), 2, color.filled())),
+        )
+        .map_err(|e| err(&e))?
+        .label(name.as_str())
+        .legend(move |(x, y)| Circle::new((x + 8, y), 3, color.filled()));
     }
     c.configure_series_labels()
         .background_style(WHITE.mix(0.8))
