@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 
-use crate::history::{Campaign, DaemonWhat, Entry, Expect, Fault, ListenerPhase, Op, Record};
+use crate::history::{
+    Campaign, DaemonWhat, Entry, Expect, Fault, ListenerPhase, Op, Record, NEVER_RETURNED,
+};
 
 /// A fault's effects (heartbeat timeouts, reconnects, relayed tools closed) outlast it by
 /// this much, and a job's outcome may show it that long after.
@@ -286,6 +288,18 @@ fn jobs_end_once(ix: &Index) -> (usize, Vec<Violation>) {
             continue;
         };
         let records = ix.jobs_by_tag.get(tag).cloned().unwrap_or_default();
+        // No fault the nemesis makes lasts anywhere near an operation's deadline (minutes),
+        // and a controller or daemon going ends its tools' connections: a prun still
+        // waiting then was never answered, whatever else happened.
+        if err.last().is_some_and(|l| l == NEVER_RETURNED) {
+            let mut l = vec![inv, done];
+            l.extend(records.last());
+            v.push(Violation::new(
+                format!("job {tag} (op {op}): prun never heard how its job ended; killed at the soak's deadline"),
+                l,
+            ));
+            continue;
+        }
         // Ended once: a record after the job was INACTIVE must not show it live again.
         let mut ended_at = None;
         for &r in &records {

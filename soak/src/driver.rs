@@ -321,6 +321,10 @@ pub fn run_command(mut cmd: Command, within: Duration, on_line: impl FnMut(&str)
             status.and_then(|s| s.code())
         },
         out,
-        err: err.lines().map(str::to_string).collect(),
+        err: err
+            .lines()
+            .map(str::to_string)
+            .chain(killed.then(|| crate::history::NEVER_RETURNED.to_string()))
+            .collect(),
     }
 }

@@ -19,6 +19,11 @@ pub fn now_us() -> u64 {
         .unwrap_or(0)
 }
 
+/// The last line of an operation's `err` when the soak had to kill its command at the
+/// operation's deadline: it never returned.
+pub const NEVER_RETURNED: &str =
+    "dvmlab-soak: killed at the operation's deadline; it never returned";
+
 /// One line of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -48,8 +53,8 @@ pub enum Entry {
     },
     /// An operation was started, on `host`.
     Invoke { op: u64, host: String, what: Op },
-    /// An operation's command ended: its exit code (`None`: killed at the deadline or by a
-    /// signal), its output lines.
+    /// An operation's command ended: its exit code (`None`: killed at the deadline, then
+    /// `err` ends with [`NEVER_RETURNED`], or by a signal), its output lines.
     Complete {
         op: u64,
         exit: Option<i32>,

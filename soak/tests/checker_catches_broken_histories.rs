@@ -5,7 +5,7 @@
 
 use dvmlab_soak::checker::{check, DVM_IS_READY, JOB_END, SOAK_CODE};
 use dvmlab_soak::history::{
-    Campaign, DaemonWhat, Entry, Expect, Fault, ListenerPhase, Member, Op, Record,
+    Campaign, DaemonWhat, Entry, Expect, Fault, ListenerPhase, Member, Op, Record, NEVER_RETURNED,
 };
 use serde_json::json;
 
@@ -376,6 +376,44 @@ fn a_lost_job_is_flagged() {
         job(1, "soak-job-2", "RUNNING", None),
     );
     assert_eq!(failing(&h), ["jobs-end-once"]);
+}
+
+#[test]
+fn a_prun_never_answered_is_flagged_though_a_controller_restart_hid_the_jobs_end() {
+    let mut h = good();
+    replace(
+        &mut h,
+        |e| matches!(e, Entry::Job { state, .. } if state == "INACTIVE"),
+        job(1, "soak-job-2", "RUNNING", None),
+    );
+    h.push(rec(
+        8 * S + 1,
+        Entry::Fault {
+            id: 1,
+            start: true,
+            fault: Fault::ControllerRestart { host: "ctl".into() },
+        },
+    ));
+    assert_eq!(
+        failing(&h),
+        Vec::<&str>::new(),
+        "a job seen running and not seen ending may have ended while the controller restarted"
+    );
+    replace(
+        &mut h,
+        |e| matches!(e, Entry::Complete { op: 2, .. }),
+        Entry::Complete {
+            op: 2,
+            exit: None,
+            out: vec![],
+            err: vec![NEVER_RETURNED.into()],
+        },
+    );
+    assert_eq!(
+        failing(&h),
+        ["jobs-end-once"],
+        "but its prun would have heard"
+    );
 }
 
 #[test]
