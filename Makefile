@@ -150,14 +150,21 @@ soak-ci:
 	$(MAKE) --no-print-directory soak NODES=16 SPARES=4 DURATION=120 SEED=7 SOAK_PROFILE=dev SOAK_OUT=$(CURDIR)/target/soak/ci
 
 ## The checker shown failing on real runs: a short soak of a runtime broken on purpose, once
-## per defect (dvmlab_test_elastic_fault); each passes only if the checker flags the property
-## that defect breaks. Reports in target/soak/broken/DEFECT.
+## per defect (dvmlab_test_elastic_fault), each passing only if the checker flags the property
+## that defect breaks, and the same soak of the runtime as it is, which must pass. Reports in
+## target/soak/broken/RUN; SOAK_KEEP=1 keeps the histories as soak/tests/histories/RUN.jsonl
+## (what checker_flags_runs_of_broken_runtimes reads).
 SOAK_BROKEN = launch-on-departing:starts-on-wired-daemons lose-held-jobs:jobs-end-once duplicate-terminal:one-terminal-event
+SOAK_SHORT = --nodes 16 --spares 4 --duration 60 --seed 7
 soak-broken:
 	cargo build -q --bins -p dvmlab-runtime -p dvmlab-harness -p dvmlab-soak
-	@status=0; for d in $(SOAK_BROKEN); do \
+	@status=0; keep() { if [ -n "$(SOAK_KEEP)" ]; then cp target/soak/broken/$$1/history.jsonl soak/tests/histories/$$1.jsonl; fi; }; \
+	echo "== soak of the runtime as it is: every property must hold"; \
+	if ./target/debug/dvmlab-soak run $(SOAK_SHORT) --out $(CURDIR)/target/soak/broken/unbroken; then keep unbroken; else status=1; fi; \
+	for d in $(SOAK_BROKEN); do \
 	  echo "== soak of a runtime broken with $${d%%:*}: $${d##*:} must be violated"; \
-	  ./target/debug/dvmlab-soak run --nodes 16 --spares 4 --duration 60 --seed 7 --runtime-fault $${d%%:*} --expect-violation $${d##*:} --out $(CURDIR)/target/soak/broken/$${d%%:*} || status=1; \
+	  if ./target/debug/dvmlab-soak run $(SOAK_SHORT) --runtime-fault $${d%%:*} --expect-violation $${d##*:} --out $(CURDIR)/target/soak/broken/$${d%%:*}; \
+	  then keep $${d%%:*}; else status=1; fi; \
 	done; exit $$status
 
 ## Remove namespaces, run directories and locks left by crashed runs.
