@@ -155,7 +155,7 @@ soak-ci:
 ## target/soak/broken/RUN; SOAK_KEEP=1 keeps the histories as soak/tests/histories/RUN.jsonl
 ## (what checker_flags_runs_of_broken_runtimes reads).
 SOAK_BROKEN = launch-on-departing:starts-on-wired-daemons lose-held-jobs:jobs-end-once duplicate-terminal:one-terminal-event
-SOAK_SHORT = --nodes 16 --spares 4 --duration 60 --seed 7
+SOAK_SHORT = --nodes 16 --spares 4 --duration 120 --seed 7
 soak-broken:
 	cargo build -q --bins -p dvmlab-runtime -p dvmlab-harness -p dvmlab-soak
 	@status=0; keep() { if [ -n "$(SOAK_KEEP)" ]; then cp target/soak/broken/$$1/history.jsonl soak/tests/histories/$$1.jsonl; fi; }; \
