@@ -79,7 +79,7 @@ assert r["reply"] == "status" and r["formed"], r
 print("v1 ok")
 s = connect()
 w = hello(s, 9, 2)
-assert w["t"] == "welcome" and w["version"] == 3, w
+assert w["t"] == "welcome" and w["version"] == 4, w
 send(s, {"t": "tool", "req": "teleport", "hosts": ["x"]})
 r = recv(s)
 assert r["reply"] == "error" and "does not know that request" in r["message"], r

@@ -26,7 +26,9 @@ pub const MIN_VERSION: u32 = 1;
 /// The newest protocol version this build speaks. Version 2: job output as bytes, compact
 /// placements, streamed job lists, version ranges and capability bits in the hello.
 /// Version 3: tools on any daemon, their requests relayed through the tree.
-pub const VERSION: u32 = 3;
+/// Version 4: a stop confirmation is acknowledged (`StopAcked`); a stopping daemon that
+/// loses its parent before that confirms to the controller directly.
+pub const VERSION: u32 = 4;
 /// Capability bits this build has (none are defined yet; a peer ignores bits it does not
 /// know, and each side uses a capability only when both have it).
 pub const CAPS: u64 = 0;
@@ -203,6 +205,8 @@ pub enum DaemonMsg {
     /// of its subtree that confirmed) have stopped. A link that closes without it leaves its
     /// ranks unconfirmed: the daemon may come back, and must then be told to stop.
     Stopped { ranks: Vec<Rank> },
+    /// Downward (version 4): the `Stopped` just received was counted; the child may exit.
+    StopAcked,
     /// Upward: a job-exec request (RFC 33 `job-exec.*`).
     ExecUp { req: ExecUp },
     /// Downward: a job-exec `hello` response.

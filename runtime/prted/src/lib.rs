@@ -576,6 +576,10 @@ fn log_note(n: &Note, states: &StateLogging) {
         Note::StopIncomplete { ranks } => {
             warn!("stop: no exit confirmation from ranks {ranks:?}")
         }
+        Note::StopUnacknowledged { ranks } => warn!(
+            "stop: the confirmation that ranks {ranks:?} stopped was not acknowledged within {:?}; exiting",
+            overlay::STOP_GRACE
+        ),
         Note::JobState { state } if states.job => info!("DVM job state {state}"),
         Note::ProcState { rank, state } if states.proc => {
             info!("daemon rank {rank} state {state}")
@@ -1104,14 +1108,18 @@ async fn connect(
     after(delay).await;
     let addr = redial_address(&redial, rank, booted).await;
     match try_connect(&ctx, addr).await {
-        Ok((stream, sealer, frames)) => {
+        Ok((stream, sealer, frames, version)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
             let what = format!("rank {rank} at {addr}");
             let fd = stream.as_ref().as_raw_fd();
             let reading = register(&ctx, link, stream, fd, sealer, what.clone()).await;
             let _ = ctx
                 .events
-                .send(net(overlay::Input::UplinkUp { link, rank }))
+                .send(net(overlay::Input::UplinkUp {
+                    link,
+                    rank,
+                    version,
+                }))
                 .await;
             read_frames(&ctx, link, frames, reading, &what).await;
         }
@@ -1144,10 +1152,13 @@ async fn redial_address(redial: &Arc<Ancestors>, rank: Rank, booted: SocketAddr)
     }
 }
 
+/// A welcomed connection up: its write half and sealer, its frames, and the protocol
+/// version the welcome named.
 type Halves = (
     tokio::net::tcp::OwnedWriteHalf,
     Option<Sealer>,
     FramedRead<tokio::net::tcp::OwnedReadHalf, FrameCodec>,
+    u32,
 );
 
 /// Connects to an ancestor: the key handshake (with a key), then the hello, both within the
@@ -1180,9 +1191,9 @@ async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
         .map_err(|e| format!("hello to {addr}: {e}"))?;
     let mut frames = FramedRead::new(read, FrameCodec::reading(opener));
     match tokio::time::timeout_at(window, frames.next()).await {
-        Ok(Some(Ok(Frame::Welcome { .. }))) => {
+        Ok(Some(Ok(Frame::Welcome { version, .. }))) => {
             frames.decoder_mut().accepted();
-            Ok((write, sealer, frames))
+            Ok((write, sealer, frames, version))
         }
         Ok(Some(Ok(Frame::Refuse { reason }))) => Err(format!("{addr} refused: {reason}")),
         Ok(Some(Ok(other))) => Err(format!("{addr} answered hello with {other:?}")),

@@ -396,6 +396,7 @@ impl Sim {
                         let up = Input::UplinkUp {
                             link: peer_link,
                             rank: r,
+                            version: dvmlab_proto::wire::VERSION,
                         };
                         self.deliver_on(peer_link, peer, up)
                     }

@@ -1,7 +1,7 @@
 //! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
 //! jobs, and every minimal failing case it found, kept as a named test.
 
-use dvmlab_sim::{scenario, scenario_with_relays, Ev, Sim};
+use dvmlab_sim::{scenario, scenario_with_relays, Ev, Sim, TOOL};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -600,4 +600,65 @@ fn a_daemon_restarted_after_a_silent_crash_beats_only_on_its_own_timers() {
         vec![0],
     )
     .unwrap();
+}
+
+/// Found by the conformance suite's seeded fault schedule (seed 508470495): a leaf cut off
+/// just before a stop was dropped by its parent, silent for three beats, right after the
+/// parent had sent it the shutdown. The leaf got the shutdown once it could hear again and
+/// confirmed on the link its parent had already given up on, so the controller named it as
+/// never confirming although it stopped. The leaf now exits only on an acknowledgment, and
+/// confirms to the controller directly when its link breaks first.
+#[test]
+fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_gave_up_on_it() {
+    use dvmlab_core::overlay::Input;
+    use dvmlab_proto::wire::{Peer, ToolReply, ToolRequest};
+    let n = 9;
+    let mut sim = Sim::new(n, 3, Some(1000), vec![1, 2, 1, 3]);
+    for r in 0..n {
+        sim.at(0, Ev::Boot(r));
+    }
+    sim.run_until(5_000);
+    assert!(
+        sim.nodes[&0].node().formed(),
+        "{:?}",
+        sim.nodes[&0].status()
+    );
+    // Rank 5 (a leaf under rank 2) hears nothing from 6 s on, until its parent has dropped
+    // it; the stop comes in between.
+    sim.at(6_000, Ev::Stall { rank: 5, ms: 4_500 });
+    sim.run_until(9_200);
+    sim.feed(
+        0,
+        Input::Hello {
+            link: TOOL,
+            peer: Peer::Tool,
+            version: dvmlab_proto::wire::VERSION,
+        },
+    );
+    sim.feed(
+        0,
+        Input::Tool {
+            link: TOOL,
+            req: ToolRequest::Stop,
+        },
+    );
+    sim.run_until(30_000);
+    assert!(sim.violation.is_none(), "{:?}", sim.violation);
+    assert!(
+        sim.dead_links
+            .iter()
+            .any(|&(_, by, lost)| by == 2 && lost == 5),
+        "the scene: rank 2 dropped rank 5: {:?}",
+        sim.dead_links
+    );
+    assert!(
+        sim.exited.iter().all(|&e| e),
+        "all exited: {:?}",
+        sim.exited
+    );
+    assert!(
+        matches!(sim.tool_replies.last(), Some(ToolReply::Stopped { unconfirmed }) if unconfirmed.is_empty()),
+        "{:?}",
+        sim.tool_replies
+    );
 }

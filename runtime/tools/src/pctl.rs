@@ -452,7 +452,7 @@ async fn run(cmd: Command, params: Params, timeout: Duration) -> Result<(), Fail
 }
 
 fn node_grace() -> Duration {
-    dvmlab_core::overlay::STOP_GRACE
+    dvmlab_core::overlay::CONTROLLER_STOP_GRACE
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> Result<(), Failure> {

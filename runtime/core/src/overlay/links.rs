@@ -15,12 +15,13 @@ impl Node {
         }
     }
 
-    pub(super) fn on_uplink_up(&mut self, now: Duration, link: LinkId, rank: Rank) {
+    pub(super) fn on_uplink_up(&mut self, now: Duration, link: LinkId, rank: Rank, version: u32) {
         let Some(u) = self.uplink.as_mut() else {
             return;
         };
         u.connected();
         self.up = Some((link, rank));
+        self.up_version = version;
         // The time of this connection (the incarnation is the start time, `now` the time since),
         // so epochs of different daemons compare as the times they (re)connected.
         let at = self.cfg.incarnation.saturating_add(now.as_micros() as u64);
@@ -40,12 +41,10 @@ impl Node {
             m
         }));
         self.send(link, DaemonMsg::Report { members });
+        self.confirm_again(link);
     }
 
     pub(super) fn on_uplink_failed(&mut self, now: Duration, rank: Rank, reason: String) {
-        if self.stopping.is_some() {
-            return;
-        }
         let Some(u) = self.uplink.as_mut() else {
             return;
         };
@@ -136,6 +135,10 @@ impl Node {
                     });
                     return self.io(Io::Close { link });
                 }
+                if self.confirming.is_some() {
+                    // Its confirmation could no longer go up: it is to reach the controller.
+                    return self.refuse(link, format!("rank {} has stopped", self.me));
+                }
                 if !self.cfg.tree.is_ancestor_or_self(self.me, rank) {
                     return self.refuse(
                         link,
@@ -159,6 +162,7 @@ impl Node {
                     link,
                     Child {
                         rank,
+                        version,
                         members: BTreeSet::new(),
                     },
                 );
@@ -206,6 +210,7 @@ impl Node {
         if self.is_controller() && self.roster.state(child.rank) == Some(State::Joining) {
             self.roster.set(child.rank, State::Waiting);
         }
+        self.unawait(std::iter::once(child.rank).chain(child.members.iter().copied()));
         let gone: Vec<Rank> = child
             .members
             .into_iter()
@@ -214,14 +219,15 @@ impl Node {
         self.forget(link, gone);
     }
 
-    /// Forgets the upward link and starts reconnecting (unless stopping).
+    /// Forgets the upward link and starts reconnecting.
     pub(super) fn drop_uplink(&mut self, now: Duration) {
         let Some((link, rank)) = self.up.take() else {
             return;
         };
         self.quiet.remove(&link);
-        if self.stopping.is_some() {
-            return;
+        if self.stopping.is_some() || self.confirming.is_some() {
+            self.note(Note::UplinkLost { rank });
+            return self.reconnect_to_controller(now);
         }
         self.note(Note::UplinkLost { rank });
         self.path_lost(&format!(

@@ -35,6 +35,10 @@ pub type LinkId = u64;
 
 /// How long a stopping daemon waits for its children to confirm before exiting anyway.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long the controller waits for the whole DVM to confirm a stop. Longer than a
+/// daemon's grace: a daemon that gave up on part of its subtree still confirms the rest
+/// just as its own grace ends, and the controller must still be listening then.
+pub const CONTROLLER_STOP_GRACE: Duration = Duration::from_secs(12);
 /// How long the controller waits for a pong.
 pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 /// Hops a routed message may take; far more than any tree's round trip needs.
@@ -74,10 +78,11 @@ pub struct NodeConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     Start,
-    /// The connection to ancestor `rank` is up and welcomed us.
+    /// The connection to ancestor `rank` is up and welcomed us in protocol `version`.
     UplinkUp {
         link: LinkId,
         rank: Rank,
+        version: u32,
     },
     /// A connection attempt to `rank` failed.
     UplinkFailed {
@@ -127,6 +132,8 @@ pub enum Input {
 pub enum Timer {
     Heartbeat,
     StopGrace,
+    /// A stopped daemon has waited long enough for its confirmation to be acknowledged.
+    StopAck,
     /// A departing daemon waited long enough for its children to move.
     DepartGrace,
     Ping(u64),
@@ -261,11 +268,17 @@ pub enum Note {
     StopIncomplete {
         ranks: Vec<Rank>,
     },
+    /// A stopped daemon exits without the acknowledgment of its confirmation of `ranks`.
+    StopUnacknowledged {
+        ranks: Vec<Rank>,
+    },
 }
 
 #[derive(Debug, Clone)]
 struct Child {
     rank: Rank,
+    /// The protocol version spoken on the link.
+    version: u32,
     /// Every rank reachable through this link, `rank` included once reported.
     members: BTreeSet<Rank>,
 }
@@ -293,6 +306,8 @@ pub struct Node {
     me: Rank,
     uplink: Option<Uplink>,
     up: Option<(LinkId, Rank)>,
+    /// The protocol version spoken on `up`.
+    up_version: u32,
     /// What the job-exec module was last told of the topology.
     exec_children: Vec<(LinkId, Rank, IdSet)>,
     exec_up: Option<LinkId>,
@@ -328,6 +343,9 @@ pub struct Node {
     pings: HashMap<u64, PendingPing>,
     next_ping: u64,
     stopping: Option<Stopping>,
+    /// Stopped, with these ranks confirmed, and waiting for the confirmation to be
+    /// acknowledged (see `stop.rs`).
+    confirming: Option<Vec<Rank>>,
     /// Told to leave the DVM: waiting for its children to move to its parent.
     departing: bool,
     out: Vec<Output>,
@@ -350,6 +368,7 @@ impl Node {
             me,
             uplink,
             up: None,
+            up_version: dvmlab_proto::wire::VERSION,
             epoch: cfg.incarnation,
             children: BTreeMap::new(),
             tools: BTreeSet::new(),
@@ -373,6 +392,7 @@ impl Node {
             pings: HashMap::new(),
             next_ping: 1,
             stopping: None,
+            confirming: None,
             departing: false,
             out: Vec::new(),
             cfg,
@@ -422,7 +442,11 @@ impl Node {
     pub fn handle(&mut self, now: Duration, input: Input) -> Vec<Output> {
         match input {
             Input::Start => self.on_start(now),
-            Input::UplinkUp { link, rank } => self.on_uplink_up(now, link, rank),
+            Input::UplinkUp {
+                link,
+                rank,
+                version,
+            } => self.on_uplink_up(now, link, rank, version),
             Input::UplinkFailed { rank, reason } => self.on_uplink_failed(now, rank, reason),
             Input::Hello {
                 link,
@@ -566,15 +590,8 @@ impl Node {
             DaemonMsg::Unsupported { what } if from_child || from_parent => {
                 self.note(Note::Unsupported { link, what });
             }
-            DaemonMsg::Stopped { ranks } if from_child => {
-                if let Some(st) = self.stopping.as_mut() {
-                    for r in ranks {
-                        st.pending.remove(&r);
-                        st.confirmed.insert(r);
-                    }
-                    self.maybe_finish_stop();
-                }
-            }
+            DaemonMsg::Stopped { ranks } if from_child => self.on_stopped(link, ranks),
+            DaemonMsg::StopAcked if from_parent => self.on_stop_acked(),
             other => {
                 let mut what = format!("{other:?}");
                 what.truncate(200);
@@ -666,6 +683,7 @@ impl Node {
                     self.finish_stop(left);
                 }
             }
+            Timer::StopAck => self.stop_unacknowledged(),
             Timer::Ping(id) => {
                 if let Some(p) = self.pings.remove(&id) {
                     let r = PingReport {
@@ -854,7 +872,14 @@ mod tests {
     fn a_broken_path_up_closes_tools_but_not_the_job_processes_events_and_forgets_both_rightly() {
         let mut d = node(4, 1);
         d.handle(T, Input::Start);
-        d.handle(T, Input::UplinkUp { link: 1, rank: 0 });
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 0,
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
         tool_hello(&mut d, 100);
         let peer = Peer::Process {
             nspace: "dvm@1".into(),
@@ -900,7 +925,14 @@ mod tests {
     fn a_relayed_request_that_cannot_go_up_closes_its_tool_below_and_tells_the_subtree() {
         let mut d = node(8, 1);
         d.handle(T, Input::Start);
-        d.handle(T, Input::UplinkUp { link: 1, rank: 0 });
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 0,
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
         hello(&mut d, T, 30, 3);
         report(&mut d, T, 30, vec![member(3, 1, 5)]);
         // The way up breaks: the subtree hears of it, and a request from below that was on
@@ -1277,6 +1309,245 @@ mod tests {
         assert!(out.iter().any(|o| matches!(o,
             Output::Io(Io::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. })
             if unconfirmed.is_empty())));
+    }
+
+    fn frame(n: &mut Node, link: LinkId, msg: DaemonMsg) -> Vec<Output> {
+        n.handle(T, Input::Frame { link, msg })
+    }
+
+    /// Rank 1 of 8 (radix 2) joined under the controller (protocol `version`) on link 1,
+    /// with rank 3 (and 7 below it) on link 30 and rank 5 on link 50, told by its parent to
+    /// stop; rank 5 has confirmed, and was acknowledged.
+    fn stopping_daemon(version: u32) -> Node {
+        let mut d = node(8, 1);
+        d.handle(T, Input::Start);
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 0,
+                version,
+            },
+        );
+        hello(&mut d, T, 30, 3);
+        report(&mut d, T, 30, vec![member(3, 1, 5), member(7, 3, 6)]);
+        hello(&mut d, T, 50, 5);
+        report(&mut d, T, 50, vec![member(5, 1, 5)]);
+        let out = frame(&mut d, 1, DaemonMsg::Shutdown);
+        assert!(
+            out.contains(&Output::SetTimer {
+                timer: Timer::StopGrace,
+                delay: STOP_GRACE
+            }),
+            "{out:?}"
+        );
+        let stopped = DaemonMsg::Stopped { ranks: vec![5] };
+        let out = frame(&mut d, 50, stopped);
+        assert!(out.contains(&Output::Io(Io::Send {
+            link: 50,
+            frame: Frame::Daemon(DaemonMsg::StopAcked)
+        })));
+        assert!(
+            !out.contains(&Output::Io(Io::Exit)),
+            "3 and 7 not heard: {out:?}"
+        );
+        d
+    }
+
+    fn confirms(out: &[Output], link: LinkId, ranks: &[Rank]) -> bool {
+        out.contains(&Output::Io(Io::Send {
+            link,
+            frame: Frame::Daemon(DaemonMsg::Stopped {
+                ranks: ranks.to_vec(),
+            }),
+        }))
+    }
+
+    fn exits(out: &[Output]) -> bool {
+        out.contains(&Output::Io(Io::Exit))
+    }
+
+    #[test]
+    fn a_stopping_daemon_that_loses_a_child_link_confirms_the_rest_of_its_subtree_at_once() {
+        // Rank 3's subtree was cut off just as the stop came: it heals up to an ancestor and
+        // confirms there. Waiting for it here would hold back rank 5's confirmation until
+        // this daemon's grace ran out, which is when the controller's could run out too.
+        let mut d = stopping_daemon(dvmlab_proto::wire::VERSION);
+        let out = d.handle(T, Input::Closed { link: 30 });
+        assert!(confirms(&out, 1, &[5, 1]), "{out:?}");
+        assert!(
+            !exits(&out),
+            "exits only once the parent counted it: {out:?}"
+        );
+        let out = frame(&mut d, 1, DaemonMsg::StopAcked);
+        assert!(exits(&out), "{out:?}");
+    }
+
+    #[test]
+    fn a_stopping_daemon_stops_awaiting_ranks_its_child_reports_lost() {
+        let mut d = stopping_daemon(dvmlab_proto::wire::VERSION);
+        let lost = DaemonMsg::Lost {
+            ranks: vec![RankEpoch {
+                rank: 7,
+                epoch: 6,
+                via: 0,
+            }],
+        };
+        let out = frame(&mut d, 30, lost);
+        assert!(
+            !out.iter().any(|o| matches!(
+                o,
+                Output::Io(Io::Send {
+                    frame: Frame::Daemon(DaemonMsg::Stopped { .. }),
+                    ..
+                })
+            )),
+            "3 not heard: {out:?}"
+        );
+        let stopped = DaemonMsg::Stopped { ranks: vec![3] };
+        let out = frame(&mut d, 30, stopped);
+        assert!(confirms(&out, 1, &[3, 5, 1]), "{out:?}");
+    }
+
+    #[test]
+    fn a_stopped_daemon_whose_parent_drops_it_before_acknowledging_confirms_to_the_controller() {
+        let mut d = stopping_daemon(dvmlab_proto::wire::VERSION);
+        d.handle(T, Input::Closed { link: 30 });
+        // The parent gave up on this link (it looked dead to it) before the confirmation
+        // came: the confirmation is lost with the link.
+        let out = d.handle(T, Input::Closed { link: 1 });
+        assert!(!exits(&out), "{out:?}");
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Output::Io(Io::Connect { rank: 0, .. }))),
+            "straight to the controller: {out:?}"
+        );
+        // A child of its own that heals up to it now is sent on.
+        let out = hello(&mut d, T, 70, 7);
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Io(Io::Send { link: 70, frame: Frame::Refuse { reason } }) if reason.contains("has stopped"))),
+            "{out:?}"
+        );
+        let out = d.handle(
+            T,
+            Input::UplinkFailed {
+                rank: 0,
+                reason: "refused".into(),
+            },
+        );
+        assert!(
+            out.iter()
+                .any(|o| matches!(o, Output::Io(Io::Connect { rank: 0, .. }))),
+            "it keeps trying: {out:?}"
+        );
+        let out = d.handle(
+            T,
+            Input::UplinkUp {
+                link: 2,
+                rank: 0,
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
+        assert!(confirms(&out, 2, &[5, 1]), "{out:?}");
+        let out = frame(&mut d, 2, DaemonMsg::StopAcked);
+        assert!(exits(&out), "{out:?}");
+    }
+
+    #[test]
+    fn a_stopped_daemon_never_acknowledged_exits_after_the_grace_and_says_so() {
+        let mut d = stopping_daemon(dvmlab_proto::wire::VERSION);
+        let out = d.handle(T, Input::Closed { link: 30 });
+        assert!(
+            out.contains(&Output::SetTimer {
+                timer: Timer::StopAck,
+                delay: STOP_GRACE
+            }),
+            "{out:?}"
+        );
+        // A confirmation that comes after its own went up is not counted, so not
+        // acknowledged: that child confirms to the controller once this daemon is gone.
+        let late = DaemonMsg::Stopped { ranks: vec![5] };
+        let out = frame(&mut d, 50, late);
+        assert!(
+            !out.contains(&Output::Io(Io::Send {
+                link: 50,
+                frame: Frame::Daemon(DaemonMsg::StopAcked)
+            })),
+            "{out:?}"
+        );
+        let out = d.handle(T, Input::Timer(Timer::StopAck));
+        assert!(exits(&out), "{out:?}");
+        assert!(
+            out.contains(&Output::Io(Io::Note(Note::StopUnacknowledged {
+                ranks: vec![5, 1]
+            }))),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_stopping_daemon_under_a_version_3_parent_exits_as_it_confirms() {
+        let mut d = stopping_daemon(3);
+        let out = d.handle(T, Input::Closed { link: 30 });
+        assert!(confirms(&out, 1, &[5, 1]) && exits(&out), "{out:?}");
+    }
+
+    #[test]
+    fn the_controller_outwaits_its_daemons_and_hears_a_lost_subtree_confirm_directly() {
+        let mut c = controller(4);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1), member(3, 1, 2)]);
+        hello(&mut c, T, 20, 2);
+        report(&mut c, T, 20, vec![member(2, 0, 1)]);
+        c.handle(
+            T,
+            Input::Hello {
+                link: 99,
+                peer: Peer::Tool,
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
+        let out = c.handle(
+            T,
+            Input::Tool {
+                link: 99,
+                req: ToolRequest::Stop,
+            },
+        );
+        assert!(
+            out.contains(&Output::SetTimer {
+                timer: Timer::StopGrace,
+                delay: CONTROLLER_STOP_GRACE
+            }) && CONTROLLER_STOP_GRACE > STOP_GRACE,
+            "{out:?}"
+        );
+        // Rank 1 lost rank 3 and confirmed itself alone; rank 3 heals up to the controller.
+        let lost = DaemonMsg::Lost {
+            ranks: vec![RankEpoch {
+                rank: 3,
+                epoch: 2,
+                via: 0,
+            }],
+        };
+        frame(&mut c, 10, lost);
+        let stopped = DaemonMsg::Stopped { ranks: vec![1] };
+        frame(&mut c, 10, stopped);
+        let stopped = DaemonMsg::Stopped { ranks: vec![2] };
+        let out = frame(&mut c, 20, stopped);
+        assert!(!out.contains(&Output::Io(Io::Exit)), "3 not heard: {out:?}");
+        let out = hello(&mut c, T, 30, 3);
+        assert!(out.contains(&Output::Io(Io::Send {
+            link: 30,
+            frame: Frame::Daemon(DaemonMsg::Shutdown)
+        })));
+        let stopped = DaemonMsg::Stopped { ranks: vec![3] };
+        let out = frame(&mut c, 30, stopped);
+        assert!(
+            out.iter().any(|o| matches!(o,
+            Output::Io(Io::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. })
+            if unconfirmed.is_empty())),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -105,7 +105,9 @@ impl Node {
             .filter(|re| self.routes.get(&re.rank) == Some(&(link, (re.via, re.epoch))))
             .map(|re| re.rank)
             .collect();
+        self.unawait(gone.iter().copied());
         self.forget(link, gone);
+        self.maybe_finish_stop();
     }
 
     /// Drops routes to `gone` (all reached through `link`) and tells whoever is above.
@@ -143,9 +145,10 @@ impl Node {
             if !ids.is_empty() {
                 self.emit(Output::Exec(crate::exec::Input::Lost(ids)));
             }
-        } else if self.departing {
-            // Its children are moving to its parent: their routes are not lost, only moved,
-            // and their own reports from there say so.
+        } else if self.departing || self.confirming.is_some() {
+            // Departing: its children are moving to its parent: their routes are not lost,
+            // only moved, and their own reports from there say so. Stopped: its
+            // confirmation went up, and its children are leaving after theirs.
         } else if let Some((up, _)) = self.up {
             self.send(up, DaemonMsg::Lost { ranks: lost });
         }

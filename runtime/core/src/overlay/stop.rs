@@ -1,10 +1,17 @@
 //! Stop: the DVM stops top-down, and each daemon exits once its subtree confirmed.
+//!
+//! A daemon's last word up is `Stopped` with the ranks it vouches for. Its parent may have
+//! given up on the link just before (the link looked dead to it: a partition that healed
+//! as the stop came), and a confirmation on a link its parent dropped is lost. So from
+//! protocol version 4 the parent acknowledges a counted confirmation, and a daemon exits
+//! only on that acknowledgment: if its link up breaks first, it connects to the controller,
+//! the one daemon that awaits every rank to the end, and confirms there.
 
 use super::*;
 
 impl Node {
     pub(super) fn begin_stop(&mut self, tool: Option<LinkId>) {
-        if self.stopping.is_some() {
+        if self.stopping.is_some() || self.confirming.is_some() {
             if let Some(t) = tool {
                 self.reply(
                     t,
@@ -32,11 +39,32 @@ impl Node {
         for l in links {
             self.send(l, DaemonMsg::Shutdown);
         }
+        let delay = if self.is_controller() {
+            CONTROLLER_STOP_GRACE
+        } else {
+            STOP_GRACE
+        };
         self.emit(Output::SetTimer {
             timer: Timer::StopGrace,
-            delay: STOP_GRACE,
+            delay,
         });
         self.maybe_finish_stop();
+    }
+
+    /// `ranks` left this daemon's subtree during a stop: a daemon other than the controller
+    /// stops awaiting them. Every ancestor up to the controller awaits the same ranks, and a
+    /// daemon cut off from its parent heals up to one of them and confirms there; waiting
+    /// here only made this daemon's own confirmation late, and with it its live subtree's.
+    /// The controller keeps awaiting them: it is where a healed daemon ends up at the last.
+    pub(super) fn unawait(&mut self, ranks: impl IntoIterator<Item = Rank>) {
+        if self.is_controller() {
+            return;
+        }
+        if let Some(st) = self.stopping.as_mut() {
+            for r in ranks {
+                st.pending.remove(&r);
+            }
+        }
     }
 
     pub(super) fn maybe_finish_stop(&mut self) {
@@ -65,11 +93,22 @@ impl Node {
         self.note(Note::JobState {
             state: "TERMINATED",
         });
+        let mut ranks: Vec<Rank> = st.confirmed.into_iter().collect();
+        ranks.push(self.me);
         if let Some((up, _)) = self.up {
-            let mut ranks: Vec<Rank> = st.confirmed.into_iter().collect();
-            ranks.push(self.me);
-            self.send(up, DaemonMsg::Stopped { ranks });
+            self.send(
+                up,
+                DaemonMsg::Stopped {
+                    ranks: ranks.clone(),
+                },
+            );
         }
+        // With no link up, a daemon other than the controller is already reconnecting (see
+        // `drop_uplink`) and confirms once it is in.
+        let await_ack = match self.up {
+            Some(_) => self.up_version >= 4,
+            None => self.uplink.is_some(),
+        };
         let tools: Vec<LinkId> = st
             .tool
             .into_iter()
@@ -83,6 +122,68 @@ impl Node {
                 },
             );
         }
-        self.io(Io::Exit);
+        if !await_ack {
+            return self.io(Io::Exit);
+        }
+        self.confirming = Some(ranks);
+        self.emit(Output::SetTimer {
+            timer: Timer::StopAck,
+            delay: STOP_GRACE,
+        });
+    }
+
+    /// A child's confirmation: counted, and acknowledged, while this daemon is stopping.
+    /// After its own confirmation went up it cannot vouch for more, so it stays silent, and
+    /// the child confirms to the controller once this daemon is gone.
+    pub(super) fn on_stopped(&mut self, link: LinkId, ranks: Vec<Rank>) {
+        let Some(st) = self.stopping.as_mut() else {
+            return;
+        };
+        for r in ranks {
+            st.pending.remove(&r);
+            st.confirmed.insert(r);
+        }
+        if self.children.get(&link).is_some_and(|c| c.version >= 4) {
+            self.send(link, DaemonMsg::StopAcked);
+        }
+        self.maybe_finish_stop();
+    }
+
+    pub(super) fn on_stop_acked(&mut self) {
+        if self.confirming.take().is_some() {
+            self.io(Io::Exit);
+        }
+    }
+
+    /// Connected again while stopping or stopped: whatever this daemon reached is stopping
+    /// too (the stop starts at the controller), and counts this daemon's confirmation.
+    pub(super) fn confirm_again(&mut self, link: LinkId) {
+        if let Some(ranks) = &self.confirming {
+            let ranks = ranks.clone();
+            self.send(link, DaemonMsg::Stopped { ranks });
+        }
+    }
+
+    pub(super) fn stop_unacknowledged(&mut self) {
+        if let Some(ranks) = self.confirming.take() {
+            self.note(Note::StopUnacknowledged { ranks });
+            self.io(Io::Exit);
+        }
+    }
+
+    /// The link up broke during a stop: connect straight to the controller. Every daemon
+    /// between is stopping and may be gone by the time this one is through.
+    pub(super) fn reconnect_to_controller(&mut self, now: Duration) {
+        let Some(u) = self.uplink.as_mut() else {
+            return;
+        };
+        for a in self.cfg.tree.ancestors(self.me) {
+            u.avoid(a);
+        }
+        let a = u.lost(now);
+        self.io(Io::Connect {
+            rank: a.rank,
+            delay: a.delay,
+        });
     }
 }
