@@ -168,6 +168,12 @@ struct Ctx {
     owner: u32,
     /// Who each live local job process is, by process group (kept by the job shells).
     procs: shell::ProcTable,
+    /// Pokes of children in flight ([`MAX_POKES`]).
+    pokes: Semaphore,
+    /// Wakes a connect up that is waiting out its back-off (the core's `Io::Hurry`).
+    hurry: Notify,
+    /// `DVMPort`, where every daemon listens.
+    port: u16,
 }
 
 /// Runs the daemon until the DVM stops or a signal ends it.
@@ -284,6 +290,9 @@ pub async fn run(
         key,
         owner: nix::unistd::geteuid().as_raw(),
         procs: shell::ProcTable::default(),
+        pokes: Semaphore::new(MAX_POKES),
+        hurry: Notify::new(),
+        port: s.port,
     });
     let accept = tokio::spawn(accept_loop(listener, ctx.clone()));
     let tool_socket = s.tool_socket(&p.identity.host, p.identity.rank);
@@ -390,6 +399,10 @@ pub async fn run(
                 }
                 Output::Net(Io::Note(n)) => log_note(&n, &states),
                 Output::Net(Io::Exit) => break 'main,
+                Output::Net(Io::Poke { rank, host }) => {
+                    tokio::spawn(poke(ctx.clone(), rank, host));
+                }
+                Output::Net(Io::Hurry) => ctx.hurry.notify_waiters(),
                 Output::SetTimer { timer, delay } => {
                     let ev = ctx.events.clone();
                     let input = match timer {
@@ -576,6 +589,7 @@ fn log_note(n: &Note, states: &StateLogging) {
         Note::StopIncomplete { ranks } => {
             warn!("stop: no exit confirmation from ranks {ranks:?}")
         }
+        Note::Poked { rank } => debug!("rank {rank} is up: connecting up now"),
         Note::StopUnacknowledged { ranks } => warn!(
             "stop: the confirmation that ranks {ranks:?} stopped was not acknowledged within {:?}; exiting",
             overlay::STOP_GRACE
@@ -1105,7 +1119,10 @@ async fn connect(
     delay: Duration,
     redial: Arc<Ancestors>,
 ) {
-    after(delay).await;
+    tokio::select! {
+        _ = after(delay) => {}
+        _ = ctx.hurry.notified() => {}
+    }
     let addr = redial_address(&redial, rank, booted).await;
     match try_connect(&ctx, addr).await {
         Ok((stream, sealer, frames, version)) => {
@@ -1129,6 +1146,31 @@ async fn connect(
                 .send(net(overlay::Input::UplinkFailed { rank, reason }))
                 .await;
         }
+    }
+}
+
+/// Pokes of children in flight at once: a parent of many children (the controller of a flat
+/// tree) spreads their connects and handshakes out.
+const MAX_POKES: usize = 16;
+
+/// Tells child `rank` on `host` that this daemon is up: the connect, key handshake and
+/// hello of any link up, which the child declines. Whatever happens is only logged: a child
+/// not started yet, or one that has connected meanwhile, is no failure.
+async fn poke(ctx: Arc<Ctx>, rank: Rank, host: String) {
+    let Ok(_permit) = ctx.pokes.acquire().await else {
+        return;
+    };
+    let lookup = tokio::net::lookup_host((host.as_str(), ctx.port));
+    let addr = match tokio::time::timeout(REDIAL_LOOKUP, lookup).await {
+        Ok(Ok(mut addrs)) => addrs.next(),
+        Ok(Err(_)) | Err(_) => None,
+    };
+    let Some(addr) = addr else {
+        return debug!("poke of rank {rank}: {host} does not resolve");
+    };
+    match try_connect(&ctx, addr).await {
+        Ok(_) => debug!("poke of rank {rank} at {addr}: welcomed, closed"),
+        Err(e) => debug!("poke of rank {rank}: {e}"),
     }
 }
 

@@ -36,8 +36,15 @@ pub const JOB_TOOLS: LinkId = 1 << 62;
 pub enum Ev {
     Boot(Rank),
     Input(Rank, Input),
-    /// `from` tries to connect to `to`.
+    /// `from` tries to connect to `to`, unless a later connect of `from` superseded this
+    /// one (`attempt` is not its latest: see `Io::Hurry`).
     Dial {
+        from: Rank,
+        to: Rank,
+        attempt: u64,
+    },
+    /// `from` connects to `to` only to say it is up (`Io::Poke`).
+    Poke {
         from: Rank,
         to: Rank,
     },
@@ -136,6 +143,13 @@ pub struct Sim {
     pub stalled_until: Vec<u64>,
     /// Every link a daemon found silent and dropped: (time, the daemon, the rank it lost).
     pub dead_links: Vec<(u64, Rank, Rank)>,
+    /// Per rank: its latest connect up (`Ev::Dial::attempt`), with the rank and the time it
+    /// is due at while it waits out its delay.
+    pub dials: Vec<(u64, Option<(Rank, u64)>)>,
+    /// The poking side of poke links: whatever the poked daemon answers goes nowhere.
+    pub pokes: BTreeSet<LinkId>,
+    /// Every poke made: (time, poker, poked).
+    pub poked: Vec<(u64, Rank, Rank)>,
 }
 
 impl Sim {
@@ -194,6 +208,9 @@ impl Sim {
             largest_frame: None,
             stalled_until: vec![0; n as usize],
             dead_links: Vec::new(),
+            dials: vec![(0, None); n as usize],
+            pokes: BTreeSet::new(),
+            poked: Vec::new(),
         }
     }
 
@@ -324,7 +341,18 @@ impl Sim {
         match o {
             Output::Net(Io::Connect { rank, delay }) => {
                 let t = self.now + delay.as_millis() as u64;
-                self.at(t, Ev::Dial { from: r, to: rank });
+                self.dial(r, rank, t);
+            }
+            Output::Net(Io::Hurry) => {
+                if let Some((to, due)) = self.dials[r as usize].1 {
+                    if due > self.now {
+                        self.dial(r, to, self.now);
+                    }
+                }
+            }
+            Output::Net(Io::Poke { rank, .. }) => {
+                let t = self.now + self.lat();
+                self.at(t, Ev::Poke { from: r, to: rank });
             }
             Output::Net(Io::Send { link, frame }) if link == TOOL => {
                 if let Frame::ToolReply(rep) = frame {
@@ -381,6 +409,9 @@ impl Sim {
                         }
                         _ => {}
                     }
+                }
+                if self.pokes.contains(&peer_link) {
+                    return;
                 }
                 match frame {
                     Frame::Daemon(msg) => self.deliver_on(
@@ -523,9 +554,39 @@ impl Sim {
         true
     }
 
+    /// A new link from `from` to `to`, with `from`'s hello on its way; the dialer's side.
+    fn hello_link(&mut self, from: Rank, to: Rank) -> LinkId {
+        let (a, b) = (self.next_link, self.next_link + 1);
+        self.next_link += 2;
+        self.links.insert(a, (from, to, b));
+        self.links.insert(b, (to, from, a));
+        let host = format!("h{from}");
+        self.deliver_on(
+            b,
+            to,
+            Input::Hello {
+                link: b,
+                peer: Peer::Daemon { rank: from, host },
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
+        a
+    }
+
+    /// `from`'s connect up to `to` at `t`, superseding any still waiting.
+    fn dial(&mut self, from: Rank, to: Rank, t: u64) {
+        let d = &mut self.dials[from as usize];
+        d.0 += 1;
+        d.1 = Some((to, t));
+        let attempt = d.0;
+        self.at(t, Ev::Dial { from, to, attempt });
+    }
+
     fn close(&mut self, link: LinkId) {
         if let Some((owner, peer, peer_link)) = self.links.remove(&link) {
             self.links.remove(&peer_link);
+            self.pokes.remove(&link);
+            self.pokes.remove(&peer_link);
             for (side, at) in [(peer_link, peer), (link, owner)] {
                 // A dialer still waiting for its welcome sees a failed connect, as the real
                 // shell does when the connection ends during the hello.
@@ -654,27 +715,23 @@ impl Sim {
                         self.close(open[seed % open.len()]);
                     }
                 }
-                Ev::Dial { from, to } => {
-                    if !self.alive[from as usize] {
+                Ev::Poke { from, to } => {
+                    if !self.alive[from as usize] || !self.alive[to as usize] {
                         continue;
                     }
+                    self.poked.push((self.now, from, to));
+                    let a = self.hello_link(from, to);
+                    self.pokes.insert(a);
+                }
+                Ev::Dial { from, to, attempt } => {
+                    if !self.alive[from as usize] || self.dials[from as usize].0 != attempt {
+                        continue;
+                    }
+                    self.dials[from as usize].1 = None;
                     if self.alive[to as usize] {
-                        let (a, b) = (self.next_link, self.next_link + 1);
-                        self.next_link += 2;
-                        self.links.insert(a, (from, to, b));
-                        self.links.insert(b, (to, from, a));
+                        let a = self.hello_link(from, to);
                         self.pending.insert(a, to);
                         self.at(self.now + 5000, Ev::HelloTimeout { link: a });
-                        let host = format!("h{from}");
-                        self.deliver_on(
-                            b,
-                            to,
-                            Input::Hello {
-                                link: b,
-                                peer: Peer::Daemon { rank: from, host },
-                                version: dvmlab_proto::wire::VERSION,
-                            },
-                        );
                     } else {
                         let t = self.now + self.lat();
                         self.at(

@@ -662,3 +662,34 @@ fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_g
         sim.tool_replies
     );
 }
+
+/// Daemons started long before the controller sit at their back-off plateau
+/// (`DVMRetryMaxDelay`); the controller pokes its children as it starts, each child that
+/// joins pokes its own, and the DVM forms within a few round trips of the controller's start
+/// instead of up to a plateau later.
+#[test]
+fn a_controller_started_last_is_reached_at_once_not_at_the_next_back_off_attempt() {
+    let n = 40;
+    let mut sim = Sim::new(n, 3, Some(1000), vec![1, 2, 1, 3]);
+    for r in 1..n {
+        sim.at(0, Ev::Boot(r));
+    }
+    let boot = 30_000;
+    sim.at(boot, Ev::Boot(0));
+    let mut t = boot;
+    while !sim.nodes.get(&0).is_some_and(|c| c.node().formed()) {
+        assert!(sim.violation.is_none(), "{:?}", sim.violation);
+        assert!(
+            t < boot + 200,
+            "not formed 200 ms after the controller started (the back-off plateau is 2 s): {:?}",
+            sim.nodes[&0].status()
+        );
+        t += 1;
+        sim.run_until(t);
+    }
+    assert!(
+        sim.poked.iter().any(|&(_, from, _)| from == 0),
+        "{:?}",
+        sim.poked
+    );
+}

@@ -107,6 +107,9 @@ impl Node {
                 });
             }
             Peer::Daemon { rank, host } => {
+                if rank != self.me && self.cfg.tree.is_ancestor_or_self(rank, self.me) {
+                    return self.on_poke(link, rank);
+                }
                 let size = self.roster.len();
                 if rank == 0 || !self.roster.contains(rank) || rank == self.me {
                     return self.refuse(
@@ -192,6 +195,45 @@ impl Node {
                     self.send(link, DaemonMsg::Shutdown);
                 }
             }
+        }
+    }
+
+    /// Tells this daemon's children by the tree formula that it is up. A child started long
+    /// before its parent sits in its back-off (up to `DVMRetryMaxDelay`, 5 s by default)
+    /// and would reach the parent only at its next attempt; poked, it tries at once.
+    pub(super) fn poke_children(&mut self) {
+        let pokes: Vec<(Rank, String)> = self
+            .roster
+            .iter()
+            .filter(|(r, m)| {
+                self.cfg.tree.parent(*r) == Some(self.me) && m.state != State::Departed
+            })
+            .map(|(r, _)| (r, self.roster.host(r).to_string()))
+            .collect();
+        for (rank, host) in pokes {
+            self.io(Io::Poke { rank, host });
+        }
+    }
+
+    /// An ancestor connected down to say it is up: declined (links go up, never down), and
+    /// this daemon's connect up, if it is waiting out its back-off, is made now.
+    fn on_poke(&mut self, link: LinkId, rank: Rank) {
+        self.io(Io::Send {
+            link,
+            frame: Frame::Refuse {
+                reason: format!("rank {} connects up by itself", self.me),
+            },
+        });
+        self.io(Io::Close { link });
+        let waiting = self.up.is_none()
+            && self.stopping.is_none()
+            && self.confirming.is_none()
+            && !self.departing;
+        if let (true, Some(u)) = (waiting, self.uplink.as_mut()) {
+            // The back-off starts over: the daemons above are coming up.
+            u.connected();
+            self.note(Note::Poked { rank });
+            self.io(Io::Hurry);
         }
     }
 

@@ -160,6 +160,15 @@ pub enum Io {
     Note(Note),
     /// Flush every link and exit the process with status 0.
     Exit,
+    /// Tell the daemon of `rank` on `host` (a child by the tree formula) that this daemon is
+    /// up: connect to it and say hello (it declines, and hurries its own connect up).
+    /// Nothing comes back to the core.
+    Poke {
+        rank: Rank,
+        host: String,
+    },
+    /// A connect waiting out its back-off delay is made now (none waiting: nothing).
+    Hurry,
 }
 
 /// Something for the daemon core to do.
@@ -271,6 +280,10 @@ pub enum Note {
     /// A stopped daemon exits without the acknowledgment of its confirmation of `ranks`.
     StopUnacknowledged {
         ranks: Vec<Rank>,
+    },
+    /// Ancestor `rank` said it is up; this daemon's connect up, if waiting, goes now.
+    Poked {
+        rank: Rank,
     },
 }
 
@@ -543,6 +556,7 @@ impl Node {
             }
             None => self.check_formed(),
         }
+        self.poke_children();
     }
 
     fn on_frame(&mut self, now: Duration, link: LinkId, msg: DaemonMsg) {
@@ -1548,6 +1562,51 @@ mod tests {
             if unconfirmed.is_empty())),
             "{out:?}"
         );
+    }
+
+    #[test]
+    fn a_daemon_that_starts_pokes_its_children_by_the_tree_formula() {
+        let mut c = controller(8);
+        let out = c.handle(T, Input::Start);
+        let poked: Vec<Rank> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Io(Io::Poke { rank, host }) if *host == format!("h{rank}") => Some(*rank),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(poked, [1, 2], "{out:?}");
+    }
+
+    #[test]
+    fn a_daemon_poked_by_its_parent_connects_up_at_once_and_declines_the_link() {
+        let mut d = node(8, 3);
+        d.handle(T, Input::Start);
+        let out = hello(&mut d, T, 40, 1);
+        assert!(
+            out.iter().any(|o| matches!(
+                o,
+                Output::Io(Io::Send {
+                    link: 40,
+                    frame: Frame::Refuse { .. }
+                })
+            )),
+            "{out:?}"
+        );
+        assert!(out.contains(&Output::Io(Io::Close { link: 40 })), "{out:?}");
+        assert!(out.contains(&Output::Io(Io::Hurry)), "{out:?}");
+        // Once connected up there is nothing to hurry.
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 1,
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
+        let out = hello(&mut d, T, 41, 1);
+        assert!(out.contains(&Output::Io(Io::Close { link: 41 })), "{out:?}");
+        assert!(!out.contains(&Output::Io(Io::Hurry)), "{out:?}");
     }
 
     #[test]
