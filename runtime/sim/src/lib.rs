@@ -554,6 +554,41 @@ impl Sim {
         true
     }
 
+    /// The tool on link `TOOL` says hello to the controller.
+    pub fn tool_hello(&mut self) {
+        self.feed(
+            0,
+            Input::Hello {
+                link: TOOL,
+                peer: Peer::Tool,
+                version: dvmlab_proto::wire::VERSION,
+            },
+        );
+    }
+
+    /// The tool on link `TOOL` (hello said) stops the DVM; within 20 s every daemon must
+    /// have exited and the tool heard that every rank confirmed.
+    pub fn stop_cleanly(&mut self) -> Result<(), String> {
+        self.feed(
+            0,
+            Input::Tool {
+                link: TOOL,
+                req: ToolRequest::Stop,
+            },
+        );
+        self.run_until(self.now + 20_000);
+        if let Some(v) = &self.violation {
+            return Err(v.clone());
+        }
+        if !self.exited.iter().all(|&e| e) {
+            return Err(format!("not all exited: {:?}", self.exited));
+        }
+        match self.tool_replies.last() {
+            Some(ToolReply::Stopped { unconfirmed }) if unconfirmed.is_empty() => Ok(()),
+            _ => Err(format!("the stop's answer: {:?}", self.tool_replies)),
+        }
+    }
+
     /// A new link from `from` to `to`, with `from`'s hello on its way; the dialer's side.
     fn hello_link(&mut self, from: Rank, to: Rank) -> LinkId {
         let (a, b) = (self.next_link, self.next_link + 1);
@@ -882,14 +917,7 @@ pub fn scenario_with_relays(
         );
     }
     // Every rank answers a ping routed through the tree: no route went stale.
-    sim.feed(
-        0,
-        Input::Hello {
-            link: TOOL,
-            peer: Peer::Tool,
-            version: dvmlab_proto::wire::VERSION,
-        },
-    );
+    sim.tool_hello();
     for r in 0..n {
         sim.feed(
             0,
@@ -906,24 +934,5 @@ pub fn scenario_with_relays(
         prop_assert!(matches!(p, ToolReply::Ping(r) if r.ok), "{:?}", p);
     }
     sim.tool_replies.clear();
-    // A tool stops the DVM: every daemon exits and the tool hears it.
-    sim.feed(
-        0,
-        Input::Tool {
-            link: TOOL,
-            req: ToolRequest::Stop,
-        },
-    );
-    sim.run_until(sim.now + 20_000);
-    prop_assert!(
-        sim.exited.iter().all(|&e| e),
-        "all exited: {:?}",
-        sim.exited
-    );
-    prop_assert!(
-        matches!(sim.tool_replies.last(), Some(ToolReply::Stopped { unconfirmed }) if unconfirmed.is_empty()),
-        "{:?}",
-        sim.tool_replies
-    );
-    Ok(())
+    sim.stop_cleanly().map_err(TestCaseError::fail)
 }

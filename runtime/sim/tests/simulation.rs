@@ -1,7 +1,7 @@
 //! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
 //! jobs, and every minimal failing case it found, kept as a named test.
 
-use dvmlab_sim::{scenario, scenario_with_relays, Ev, Sim, TOOL};
+use dvmlab_sim::{scenario, scenario_with_relays, Ev, Sim};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -610,8 +610,6 @@ fn a_daemon_restarted_after_a_silent_crash_beats_only_on_its_own_timers() {
 /// confirms to the controller directly when its link breaks first.
 #[test]
 fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_gave_up_on_it() {
-    use dvmlab_core::overlay::Input;
-    use dvmlab_proto::wire::{Peer, ToolReply, ToolRequest};
     let n = 9;
     let mut sim = Sim::new(n, 3, Some(1000), vec![1, 2, 1, 3]);
     for r in 0..n {
@@ -627,23 +625,8 @@ fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_g
     // it; the stop comes in between.
     sim.at(6_000, Ev::Stall { rank: 5, ms: 4_500 });
     sim.run_until(9_200);
-    sim.feed(
-        0,
-        Input::Hello {
-            link: TOOL,
-            peer: Peer::Tool,
-            version: dvmlab_proto::wire::VERSION,
-        },
-    );
-    sim.feed(
-        0,
-        Input::Tool {
-            link: TOOL,
-            req: ToolRequest::Stop,
-        },
-    );
-    sim.run_until(30_000);
-    assert!(sim.violation.is_none(), "{:?}", sim.violation);
+    sim.tool_hello();
+    let stop = sim.stop_cleanly();
     assert!(
         sim.dead_links
             .iter()
@@ -651,16 +634,7 @@ fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_g
         "the scene: rank 2 dropped rank 5: {:?}",
         sim.dead_links
     );
-    assert!(
-        sim.exited.iter().all(|&e| e),
-        "all exited: {:?}",
-        sim.exited
-    );
-    assert!(
-        matches!(sim.tool_replies.last(), Some(ToolReply::Stopped { unconfirmed }) if unconfirmed.is_empty()),
-        "{:?}",
-        sim.tool_replies
-    );
+    stop.unwrap();
 }
 
 /// Daemons started long before the controller sit at their back-off plateau

@@ -252,7 +252,7 @@ impl Node {
         if self.is_controller() && self.roster.state(child.rank) == Some(State::Joining) {
             self.roster.set(child.rank, State::Waiting);
         }
-        self.unawait(std::iter::once(child.rank).chain(child.members.iter().copied()));
+        self.unawait([child.rank]);
         let gone: Vec<Rank> = child
             .members
             .into_iter()
@@ -267,11 +267,10 @@ impl Node {
             return;
         };
         self.quiet.remove(&link);
+        self.note(Note::UplinkLost { rank });
         if self.stopping.is_some() || self.confirming.is_some() {
-            self.note(Note::UplinkLost { rank });
             return self.reconnect_to_controller(now);
         }
-        self.note(Note::UplinkLost { rank });
         self.path_lost(&format!(
             "rank {} lost its connection to rank {rank}",
             self.me

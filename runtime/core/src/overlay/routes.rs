@@ -105,7 +105,6 @@ impl Node {
             .filter(|re| self.routes.get(&re.rank) == Some(&(link, (re.via, re.epoch))))
             .map(|re| re.rank)
             .collect();
-        self.unawait(gone.iter().copied());
         self.forget(link, gone);
         self.maybe_finish_stop();
     }
@@ -115,6 +114,7 @@ impl Node {
         if gone.is_empty() {
             return;
         }
+        self.unawait(gone.iter().copied());
         let mut lost = Vec::with_capacity(gone.len());
         for r in gone {
             if let Some((_, (via, epoch))) = self.routes.remove(&r) {
