@@ -33,6 +33,15 @@ const COMMAND_LIMIT: Duration = Duration::from_secs(120);
 /// The tree's radix on every DVM the benches form.
 pub const RADIX: u32 = 64;
 
+/// Hosts per core beyond which a DVM counts as crowded and its daemons get the profile's
+/// `crowded_env`: 128 hosts on two cores is not crowded, 1024 is.
+pub const CROWDED_PER_CORE: usize = 128;
+
+/// Whether `n` hosts (and the controller's) on `cores` cores are crowded.
+pub(crate) fn crowded(n: usize, cores: usize) -> bool {
+    n + 1 > CROWDED_PER_CORE * cores.max(1)
+}
+
 /// A runtime to measure: its profile, loaded and built.
 pub struct Runtime {
     /// What tables and charts call it: the profile's `[implementation] name`.
@@ -173,8 +182,9 @@ pub struct Plan {
 pub struct Measured {
     pub samples: Vec<Sample>,
     pub memory: Vec<Memory>,
-    /// Why grow and shrink were not measured, when they were not.
-    pub skipped: Vec<String>,
+    /// What a reader of the figures must know: what was not measured and why, and what the
+    /// runtime was given beyond its plain profile.
+    pub notes: Vec<String>,
 }
 
 /// `n0001`, … (the width DVMNodes' range names).
@@ -189,6 +199,22 @@ pub(crate) fn conf(n: usize) -> PrteConf {
         .set("DVMControllerHost", "ctl")
         .set("DVMRadix", RADIX)
         .set("DVMIPVersion", 4)
+}
+
+/// The cluster of `hosts` (the controller's first, then `n` nodes) for a DVM of the benches'
+/// conf; crowded, its daemons get the profile's `crowded_env` too.
+pub(crate) fn dvm<'a>(
+    ctx: &'a Ctx,
+    label: &str,
+    hosts: &[String],
+    n: usize,
+) -> Result<Dvm<'a>, String> {
+    Dvm::with(ctx, label, hosts, &conf(n), |spec| {
+        if crowded(n, floor::cores()) {
+            spec.env.extend(ctx.profile.daemon.crowded_env.clone());
+        }
+    })
+    .map_err(|p| p.to_string())
 }
 
 pub(crate) fn ctx(rt: &Runtime, backend: BackendKind, n: usize) -> Ctx {
@@ -312,11 +338,30 @@ pub fn measure(rt: &Runtime, plan: &Plan, say: &mut dyn FnMut(&str)) -> Result<M
     for &n in &plan.sizes {
         let seq = if n == smallest { plan.sequential } else { 0 };
         say(&format!("{}: {n} nodes", rt.name));
+        if crowded(n, floor::cores()) && !rt.profile.daemon.crowded_env.is_empty() {
+            let env: Vec<String> = rt
+                .profile
+                .daemon
+                .crowded_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            let note = format!(
+                "{}: at {n} hosts on {} cores (more than {CROWDED_PER_CORE} a core) its daemons had the profile's crowded_env: {}.",
+                rt.name,
+                floor::cores(),
+                env.join(" ")
+            );
+            say(&note);
+            if !m.notes.contains(&note) {
+                m.notes.push(note);
+            }
+        }
         size(rt, plan, n, seq, &mut m).map_err(|e| format!("{}, {n} nodes: {e}", rt.name))?;
     }
     if plan.grow > 0 && !plan.formation_only {
         if rt.profile.elastic.is_none() {
-            m.skipped.push(format!(
+            m.notes.push(format!(
                 "{}: grow and shrink not measured: its profile has no [elastic] section",
                 rt.name
             ));
@@ -334,7 +379,7 @@ fn size(rt: &Runtime, plan: &Plan, n: usize, seq: usize, m: &mut Measured) -> Re
     let names = nodes(n);
     let mut hosts = vec!["ctl".to_string()];
     hosts.extend(names.iter().cloned());
-    let mut dvm = Dvm::new(&ctx, "bench", &hosts, &conf(n)).map_err(|p| p.to_string())?;
+    let mut dvm = dvm(&ctx, "bench", &hosts, n)?;
     let r = size_on(&mut dvm, plan, n, seq, &names, &hosts, m);
     if r.is_err() {
         // Whatever the DVM left running goes with the cluster; its logs stay for a look.
@@ -431,7 +476,7 @@ fn elastic(rt: &Runtime, plan: &Plan, n: usize, m: &mut Measured) -> Result<(), 
     hosts.extend(names.iter().cloned());
     let formed = hosts.clone();
     hosts.extend(spares.iter().cloned());
-    let mut dvm = Dvm::new(&ctx, "benchel", &hosts, &conf(n)).map_err(|p| p.to_string())?;
+    let mut dvm = dvm(&ctx, "benchel", &hosts, n)?;
     let r = (|| {
         let program = agent::program()?;
         let launch = dvm.cluster.write_agent(&program)?;
@@ -466,4 +511,19 @@ fn elastic(rt: &Runtime, plan: &Plan, n: usize, m: &mut Measured) -> Result<(), 
     }
     discard(dvm);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thousand_hosts_on_two_cores_are_crowded_and_the_job_benches_sizes_are_not() {
+        assert!(!crowded(128, 2));
+        assert!(!crowded(255, 2));
+        assert!(crowded(256, 2));
+        assert!(crowded(1024, 2));
+        assert!(!crowded(1024, 16));
+        assert!(crowded(200, 0));
+    }
 }

@@ -94,7 +94,7 @@ pub fn one(
     let names = driver::nodes(n);
     let mut hosts = vec!["ctl".to_string()];
     hosts.extend(names.iter().cloned());
-    let mut dvm = Dvm::new(&ctx, "peers", &hosts, &driver::conf(n)).map_err(|p| p.to_string())?;
+    let mut dvm = driver::dvm(&ctx, "peers", &hosts, n)?;
     let r = (|| {
         let launch = dvm.cluster.write_agent(&agent::program()?)?;
         let rsh = write_rsh(dvm.cluster.run_dir(), &launch)?;

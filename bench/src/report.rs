@@ -227,12 +227,7 @@ pub fn write(
         md.push_str(&memory_markdown(runs));
     }
     for r in runs {
-        for why in r
-            .reps
-            .first()
-            .map(|m| m.skipped.clone())
-            .unwrap_or_default()
-        {
+        for why in r.reps.first().map(|m| m.notes.clone()).unwrap_or_default() {
             let _ = writeln!(md, "\n{why}");
         }
     }
