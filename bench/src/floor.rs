@@ -51,8 +51,7 @@ pub fn serve_worker() {
         ["connect", addr] => addr
             .parse::<SocketAddr>()
             .map_err(|e| format!("{addr:?}: {e}"))
-            .and_then(|a| TcpStream::connect(a).map_err(|e| format!("connect {a}: {e}")))
-            .map(|_| ()),
+            .and_then(connect),
         ["listen", addr, count] => listen(addr, count),
         ["echo", path] => echo(path),
         _ => Err(format!(
@@ -64,6 +63,28 @@ pub fn serve_worker() {
         std::process::exit(1);
     }
     std::process::exit(0);
+}
+
+/// How many times a connector tries when its host could not resolve the listener's.
+const CONNECT_ATTEMPTS: u32 = 10;
+
+/// One TCP connection to `addr`, tried again at once while the host is unreachable: on a
+/// bridge of a thousand ports an address resolution can be lost in the flood, and the kernel
+/// has already spent its own retries (seconds) before it says so. The daemons retry too.
+fn connect(addr: SocketAddr) -> Result<(), String> {
+    let mut attempt = 1;
+    loop {
+        match TcpStream::connect(addr) {
+            Ok(_) => return Ok(()),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::HostUnreachable
+                    && attempt < CONNECT_ATTEMPTS =>
+            {
+                attempt += 1;
+            }
+            Err(e) => return Err(format!("connect {addr} (attempt {attempt}): {e}")),
+        }
+    }
 }
 
 /// Binds, says `ready`, and accepts `count` connections.
