@@ -306,7 +306,7 @@ impl DaemonCore {
                         self.up = *up;
                     }
                     for o in self.exec.handle(i) {
-                        self.exec_output(o, &mut work);
+                        self.exec_output(now, o, &mut work);
                     }
                 }
                 Work::Mgr(i) => {
@@ -597,7 +597,7 @@ impl DaemonCore {
         self.out.push(out);
     }
 
-    fn exec_output(&mut self, o: exec::Output, work: &mut VecDeque<Work>) {
+    fn exec_output(&mut self, now: Now, o: exec::Output, work: &mut VecDeque<Work>) {
         let out = match o {
             exec::Output::SendDown { link, msg } => Output::Net(Io::Send {
                 link,
@@ -636,7 +636,13 @@ impl DaemonCore {
                 }
                 Output::Shell(c)
             }
-            exec::Output::Event(e) => return work.push_back(Work::Mgr(jobs::Input::Event(e))),
+            // A job's news reaches the job manager, and so its tool, before the rest of what
+            // job-exec said goes out: at a job's end that rest is the `remove` to every
+            // child, and a `JobEnded` queued behind it waited for every child link to be
+            // written and, on a busy node, for the children each write woke.
+            exec::Output::Event(e) => {
+                return self.run(now, VecDeque::from([Work::Mgr(jobs::Input::Event(e))]))
+            }
             exec::Output::Log(l) => Output::Log(l),
         };
         self.out.push(out);

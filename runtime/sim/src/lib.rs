@@ -150,6 +150,9 @@ pub struct Sim {
     pub pokes: BTreeSet<LinkId>,
     /// Every poke made: (time, poker, poked).
     pub poked: Vec<(u64, Rank, Rank)>,
+    /// When kept: every frame the controller sent, in the order its core said to send them
+    /// (to tools and to daemons alike).
+    pub controller_sends: Option<Vec<Frame>>,
 }
 
 impl Sim {
@@ -211,6 +214,7 @@ impl Sim {
             dials: vec![(0, None); n as usize],
             pokes: BTreeSet::new(),
             poked: Vec::new(),
+            controller_sends: None,
         }
     }
 
@@ -338,6 +342,11 @@ impl Sim {
     }
 
     fn apply(&mut self, r: Rank, o: Output) {
+        if let (0, Some(sent), Output::Net(Io::Send { frame, .. })) =
+            (r, self.controller_sends.as_mut(), &o)
+        {
+            sent.push(frame.clone());
+        }
         match o {
             Output::Net(Io::Connect { rank, delay }) => {
                 let t = self.now + delay.as_millis() as u64;

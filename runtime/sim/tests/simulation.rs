@@ -667,3 +667,51 @@ fn a_controller_started_last_is_reached_at_once_not_at_the_next_back_off_attempt
         sim.poked
     );
 }
+
+#[test]
+fn a_tool_hears_its_job_end_before_the_remove_goes_down_to_every_daemon() {
+    use dvmlab_proto::exec::{ExecDown, UpdateType};
+    use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply};
+    let mut sim = Sim::new(13, 3, Some(1000), vec![1, 2, 1, 3]);
+    for r in 0..13 {
+        sim.at(0, Ev::Boot(r));
+    }
+    sim.run_until(3_000);
+    assert!(
+        sim.nodes[&0].node().formed(),
+        "{:?}",
+        sim.nodes[&0].status()
+    );
+    sim.controller_sends = Some(Vec::new());
+    sim.at(
+        3_001,
+        Ev::Submit {
+            at: 0,
+            nprocs: None,
+            run_ms: 5,
+        },
+    );
+    sim.run_until(10_000);
+    assert!(sim.violation.is_none(), "{:?}", sim.violation);
+    let sent = sim.controller_sends.take().unwrap_or_default();
+    let ended = sent
+        .iter()
+        .position(|f| matches!(f, Frame::ToolReply(ToolReply::JobEnded { .. })));
+    let removes: Vec<usize> = sent
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| {
+            matches!(f, Frame::Daemon(DaemonMsg::ExecDown { msg: ExecDown::StateUpdate { data, .. } })
+                if data.jobs.iter().any(|t| t.2 == UpdateType::Remove))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let Some(ended) = ended else {
+        panic!("the tool never heard its job end: {sent:#?}");
+    };
+    assert_eq!(removes.len(), 3, "one remove to each child: {sent:#?}");
+    assert!(
+        removes.iter().all(|&i| i > ended),
+        "the remove went to a child (sends {removes:?}) before the tool heard the end (send {ended})"
+    );
+}
