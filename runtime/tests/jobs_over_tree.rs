@@ -339,3 +339,47 @@ fn a_barrier_releases_no_process_before_every_process_of_the_job_entered_it() {
     assert_eq!(out.matches("left after all: ok 1").count(), 6, "{out}");
     dvm.stop_cleanly(&hosts);
 }
+
+/// The signal numbers a thread of `pid` blocks, per thread other than the main one, from
+/// `/proc/PID/task/TID/status` (`SigBlk`, a hex mask with bit n-1 for signal n).
+fn helper_thread_masks(pid: u32) -> (u64, Vec<(u32, u64)>) {
+    let mask = |tid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("no SigBlk for thread {tid} of {pid}: {status}"))
+    };
+    let mut helpers = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the daemon's threads") {
+        let tid: u32 = t.expect("a thread").file_name().to_string_lossy().parse().unwrap();
+        if tid != pid {
+            helpers.push((tid, mask(tid)));
+        }
+    }
+    (mask(pid), helpers)
+}
+
+#[test]
+fn a_job_process_exit_signals_only_the_daemons_own_thread_never_a_helper() {
+    let Some((mut dvm, hosts)) = Dvm::formed("sigmask", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    let (code, _, err) = prun(&dvm, &["true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let sigchld = 1u64 << (nix::sys::signal::Signal::SIGCHLD as i32 - 1);
+    // The controller's jobs-file writer, and a daemon's blocking-pool thread (it resolved
+    // its parent's name to connect, moments ago).
+    for host in [dvm.ctl.clone(), "n01".to_string()] {
+        let pid = dvm.cluster.pid(&host).expect("daemon running");
+        let (main, helpers) = helper_thread_masks(pid);
+        assert_eq!(main & sigchld, 0, "{host}: the daemon's thread must take SIGCHLD");
+        assert!(!helpers.is_empty(), "{host}: no helper thread to check");
+        for (tid, m) in helpers {
+            assert_ne!(m & sigchld, 0, "{host}: helper thread {tid} takes SIGCHLD (mask {m:x})");
+        }
+    }
+    dvm.stop_cleanly(&hosts);
+}

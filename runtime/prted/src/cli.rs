@@ -140,6 +140,7 @@ pub fn main() -> ExitCode {
     });
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_start(crate::helper_thread_ignores_signals)
         .build()
     {
         Ok(rt) => rt,

@@ -59,6 +59,7 @@ impl JobsFile {
     pub fn start(path: PathBuf) -> JobsFile {
         let (latest, rx) = std::sync::mpsc::channel::<Saved>();
         let writer = std::thread::spawn(move || {
+            crate::helper_thread_ignores_signals();
             while let Ok(mut live) = rx.recv() {
                 while let Ok(newer) = rx.try_recv() {
                     live = newer;

@@ -94,6 +94,15 @@ enum Event {
 }
 
 /// An overlay input, as the connection tasks send it.
+/// Blocks every signal in the calling thread, which must be one of the daemon's helper
+/// threads (the runtime's blocking pool, the jobs-file writer). The kernel runs a process's
+/// signal handler on any thread that does not block the signal: a SIGCHLD for every job
+/// process that exits then woke an idle helper, an extra context switch per process on a
+/// busy node, when the daemon's own thread wakes for the exit anyway.
+pub fn helper_thread_ignores_signals() {
+    let _ = nix::sys::signal::SigSet::all().thread_block();
+}
+
 fn net(i: overlay::Input) -> Event {
     Event::Input(Input::Net(i))
 }
