@@ -344,8 +344,8 @@ fn a_barrier_releases_no_process_before_every_process_of_the_job_entered_it() {
 /// `/proc/PID/task/TID/status` (`SigBlk`, a hex mask with bit n-1 for signal n).
 fn helper_thread_masks(pid: u32) -> (u64, Vec<(u32, u64)>) {
     let mask = |tid: u32| {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("SigBlk:"))
@@ -354,7 +354,12 @@ fn helper_thread_masks(pid: u32) -> (u64, Vec<(u32, u64)>) {
     };
     let mut helpers = Vec::new();
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("the daemon's threads") {
-        let tid: u32 = t.expect("a thread").file_name().to_string_lossy().parse().unwrap();
+        let tid: u32 = t
+            .expect("a thread")
+            .file_name()
+            .to_string_lossy()
+            .parse()
+            .unwrap();
         if tid != pid {
             helpers.push((tid, mask(tid)));
         }
@@ -375,10 +380,18 @@ fn a_job_process_exit_signals_only_the_daemons_own_thread_never_a_helper() {
     for host in [dvm.ctl.clone(), "n01".to_string()] {
         let pid = dvm.cluster.pid(&host).expect("daemon running");
         let (main, helpers) = helper_thread_masks(pid);
-        assert_eq!(main & sigchld, 0, "{host}: the daemon's thread must take SIGCHLD");
+        assert_eq!(
+            main & sigchld,
+            0,
+            "{host}: the daemon's thread must take SIGCHLD"
+        );
         assert!(!helpers.is_empty(), "{host}: no helper thread to check");
         for (tid, m) in helpers {
-            assert_ne!(m & sigchld, 0, "{host}: helper thread {tid} takes SIGCHLD (mask {m:x})");
+            assert_ne!(
+                m & sigchld,
+                0,
+                "{host}: helper thread {tid} takes SIGCHLD (mask {m:x})"
+            );
         }
     }
     dvm.stop_cleanly(&hosts);
