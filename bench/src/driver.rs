@@ -412,13 +412,15 @@ fn size_on(
         let argv = dvm
             .submit_argv(n, names, &[], &[TRUE])
             .map_err(|p| p.to_string())?;
+        // Each job beside a floor run, alternately: on a VM whose neighbours come and go, a
+        // floor measured after all the jobs moved by half between repetitions.
         let mut times = Vec::with_capacity(plan.job_reps);
+        let mut floors = Vec::with_capacity(plan.job_reps);
         for _ in 0..plan.job_reps.max(1) {
             times.push(timed(dvm, &argv)?);
+            floors.push(floor::spawn_ms(&dvm.cluster, &dvm.ctl, TRUE, n, 1)?);
         }
-        let job = median(&times);
-        let job_floor = floor::spawn_ms(&dvm.cluster, &dvm.ctl, TRUE, n, plan.job_reps)?;
-        jobs = Some(sample(Metric::Job, job, job_floor, false));
+        jobs = Some(sample(Metric::Job, median(&times), median(&floors), false));
         if seq > 0 {
             let one = dvm
                 .submit_argv(1, &names[..1], &[], &[TRUE])
