@@ -375,8 +375,9 @@ fn a_job_process_exit_signals_only_the_daemons_own_thread_never_a_helper() {
     let (code, _, err) = prun(&dvm, &["true"]);
     assert_eq!(code, Some(0), "{err}");
     let sigchld = 1u64 << (nix::sys::signal::Signal::SIGCHLD as i32 - 1);
-    // The controller's jobs-file writer, and a daemon's blocking-pool thread (it resolved
-    // its parent's name to connect, moments ago).
+    // The controller always has its jobs-file writer; blocking-pool threads (a daemon
+    // resolves its parent's name in one) linger for a while after their work, so whichever
+    // are still there are checked too (the runtime's own test covers the pool for certain).
     for host in [dvm.ctl.clone(), "n01".to_string()] {
         let pid = dvm.cluster.pid(&host).expect("daemon running");
         let (main, helpers) = helper_thread_masks(pid);
@@ -385,7 +386,12 @@ fn a_job_process_exit_signals_only_the_daemons_own_thread_never_a_helper() {
             0,
             "{host}: the daemon's thread must take SIGCHLD"
         );
-        assert!(!helpers.is_empty(), "{host}: no helper thread to check");
+        if host == dvm.ctl {
+            assert!(
+                !helpers.is_empty(),
+                "the controller has no jobs-file writer thread"
+            );
+        }
         for (tid, m) in helpers {
             assert_ne!(
                 m & sigchld,

@@ -138,11 +138,7 @@ pub fn main() -> ExitCode {
         );
         crate::Reaper::none()
     });
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .on_thread_start(crate::helper_thread_ignores_signals)
-        .build()
-    {
+    let rt = match crate::daemon_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("prted: cannot start the runtime: {e}");

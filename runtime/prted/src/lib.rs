@@ -99,8 +99,17 @@ enum Event {
 /// signal handler on any thread that does not block the signal: a SIGCHLD for every job
 /// process that exits then woke an idle helper, an extra context switch per process on a
 /// busy node, when the daemon's own thread wakes for the exit anyway.
-pub fn helper_thread_ignores_signals() {
+pub(crate) fn helper_thread_ignores_signals() {
     let _ = nix::sys::signal::SigSet::all().thread_block();
+}
+
+/// The daemon's runtime: one thread for the event loop, and a blocking pool whose threads
+/// ignore signals (see [`helper_thread_ignores_signals`]).
+pub(crate) fn daemon_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_start(helper_thread_ignores_signals)
+        .build()
 }
 
 fn net(i: overlay::Input) -> Event {
@@ -1251,5 +1260,30 @@ async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
         Ok(Some(Err(e))) => Err(format!("{addr}: {e}")),
         Ok(None) => Err(format!("{addr} closed during hello")),
         Err(_) => Err(format!("{addr}: no welcome within {:?}", ctx.handshake)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Whether the calling thread blocks SIGCHLD, from its `SigBlk` (bit n-1 for signal n).
+    fn this_thread_blocks_sigchld() -> bool {
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .expect("SigBlk");
+        mask & (1 << (nix::sys::signal::Signal::SIGCHLD as i32 - 1)) != 0
+    }
+
+    #[test]
+    fn the_runtimes_blocking_threads_leave_sigchld_to_the_daemons_thread() {
+        let rt = super::daemon_runtime().expect("runtime");
+        let (main, pool) = rt.block_on(async {
+            let pool = tokio::task::spawn_blocking(this_thread_blocks_sigchld).await;
+            (this_thread_blocks_sigchld(), pool.expect("blocking task"))
+        });
+        assert!(!main, "the daemon's own thread must take SIGCHLD");
+        assert!(pool, "a blocking-pool thread takes SIGCHLD");
     }
 }

@@ -78,6 +78,18 @@ struct Listing {
     warned: bool,
 }
 
+impl Listing {
+    fn new(table: Table, pipe: OwnedFd) -> Listing {
+        Listing {
+            table,
+            slot_of: HashMap::new(),
+            free: Vec::new(),
+            _pipe: File::from(pipe),
+            warned: false,
+        }
+    }
+}
+
 impl Reaper {
     /// Maps the table and forks the reaper. Must run while the process has one thread
     /// (before the async runtime), as only then may the child run ordinary code after fork.
@@ -94,13 +106,7 @@ impl Reaper {
             ForkResult::Parent { .. } => {
                 drop(read);
                 Ok(Reaper {
-                    inner: Some(Listing {
-                        table,
-                        slot_of: HashMap::new(),
-                        free: Vec::new(),
-                        _pipe: File::from(write),
-                        warned: false,
-                    }),
+                    inner: Some(Listing::new(table, write)),
                 })
             }
         }
@@ -204,13 +210,7 @@ mod tests {
     fn listing() -> Reaper {
         let (_read, write) = pipe2(OFlag::O_CLOEXEC).expect("pipe");
         Reaper {
-            inner: Some(Listing {
-                table: Table::new().expect("table"),
-                slot_of: HashMap::new(),
-                free: Vec::new(),
-                _pipe: File::from(write),
-                warned: false,
-            }),
+            inner: Some(Listing::new(Table::new().expect("table"), write)),
         }
     }
 
