@@ -208,6 +208,9 @@ pub struct JobExec {
     /// The tree formula: a child speaks only for its descendants by it.
     tree: RadixTree,
     children: Vec<(LinkId, IdSet)>,
+    /// This rank and every child's subtree: asked at every report, changed only with the
+    /// children, so kept rather than merged again from every child each time.
+    subtree: IdSet,
     /// The child rank on each child link.
     child_ranks: BTreeMap<LinkId, Rank>,
     up: Option<LinkId>,
@@ -239,6 +242,7 @@ impl JobExec {
             controller,
             tree,
             children: Vec::new(),
+            subtree: IdSet::range(me, me),
             child_ranks: BTreeMap::new(),
             up: None,
             ready: false,
@@ -359,12 +363,10 @@ impl JobExec {
     }
 
     /// The ranks of this module and everything below it.
-    fn subtree(&self) -> IdSet {
-        let mut s = IdSet::range(self.me, self.me);
-        for (_, ids) in &self.children {
-            s = s.union(ids);
-        }
-        s
+    fn subtree_of(me: Rank, children: &[(LinkId, IdSet)]) -> IdSet {
+        children
+            .iter()
+            .fold(IdSet::range(me, me), |s, (_, ids)| s.union(ids))
     }
 
     /// Sends `msg` to every child whose subtree intersects `idset`.
@@ -484,6 +486,7 @@ impl JobExec {
         self.child_ranks = children.iter().map(|(l, r, _)| (*l, *r)).collect();
         let children = children.into_iter().map(|(l, _, ids)| (l, ids)).collect();
         let before = std::mem::replace(&mut self.children, children);
+        self.subtree = JobExec::subtree_of(self.me, &self.children);
         let links: BTreeSet<LinkId> = self.children.iter().map(|(l, _)| *l).collect();
         self.answered.retain(|l| links.contains(l));
         self.waiting.retain(|l| links.contains(l));
@@ -1044,7 +1047,6 @@ impl JobExec {
         if !self.controller && !self.ready {
             return;
         }
-        let subtree = self.subtree();
         let controller = self.controller;
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
@@ -1052,7 +1054,7 @@ impl JobExec {
         let expect = if controller {
             j.ranks.clone()
         } else {
-            j.ranks.intersection(&subtree)
+            j.ranks.intersection(&self.subtree)
         };
         if expect.is_empty() {
             return;

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use nix::fcntl::OFlag;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{dup3, dup3_raw, Pid};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -479,8 +479,12 @@ async fn barrier_requests(
     }
 }
 
-/// Bytes read at a time from a job process's stdout or stderr.
+/// Bytes read at most at a time from a job process's stdout or stderr.
 const READ_BUFFER: usize = 16 << 10;
+
+/// Room for a process's first read: most write little or nothing. It doubles while reads
+/// fill it, up to [`READ_BUFFER`].
+const FIRST_READ: usize = 256;
 
 /// The file descriptor a job process finds its barrier socket on.
 const BARRIER_FD: i32 = 3;
@@ -581,49 +585,130 @@ async fn feed_stdin(
 /// a line longer than [`MAX_OUTPUT_CHUNK`] in pieces of that size, and whatever is left
 /// without a newline at the end. Bytes, not text: nothing a process writes is lost or
 /// refused. The channel is bounded, so a process that writes faster than its output travels
-/// blocks in its write.
-async fn forward(r: Reader, events: mpsc::Sender<Input>, id: JobId, proc: u32, stream: Stream) {
-    // Smaller than a piece: most processes write little or nothing, and a buffer is
-    // zeroed when made (twice per process); a longer line gathers over several reads.
-    let mut r = BufReader::with_capacity(READ_BUFFER, r);
-    let mut piece = Vec::new();
+/// blocks in its write. What waits here is less than a piece and one read.
+async fn forward(mut r: Reader, events: mpsc::Sender<Input>, id: JobId, proc: u32, stream: Stream) {
+    let mut pending: Vec<u8> = Vec::new();
+    // How many bytes at the front of `pending` are known to hold no newline: a line that
+    // comes a byte at a time is searched once, not once per byte.
+    let mut clean = 0;
+    let mut room = FIRST_READ;
     loop {
-        let buf = match r.fill_buf().await {
-            Ok([]) | Err(_) => break,
-            Ok(buf) => buf,
+        pending.reserve(room);
+        // Into the spare capacity as it is: no buffer is zeroed or allocated before a
+        // process writes anything (most never do, and this runs twice per process).
+        let n = match r.read_buf(&mut pending).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
         };
-        let room = MAX_OUTPUT_CHUNK - piece.len();
-        let take = &buf[..buf.len().min(room)];
-        let (n, complete) = match take.iter().position(|b| *b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (take.len(), take.len() == room),
-        };
-        piece.extend_from_slice(&take[..n]);
-        r.consume(n);
-        if complete {
-            let data = std::mem::take(&mut piece);
-            if events
-                .send(Input::ShellOutput {
-                    id,
-                    proc,
-                    stream,
-                    data,
-                })
-                .await
-                .is_err()
-            {
+        if n >= room {
+            room = (room * 2).min(READ_BUFFER);
+        }
+        let mut start = 0;
+        while let Some(len) = piece_len(&pending[start..], clean) {
+            let data = pending[start..start + len].to_vec();
+            start += len;
+            clean = 0;
+            let piece = Input::ShellOutput {
+                id,
+                proc,
+                stream,
+                data,
+            };
+            if events.send(piece).await.is_err() {
                 return;
             }
         }
+        pending.drain(..start);
+        clean = pending.len().min(MAX_OUTPUT_CHUNK);
     }
-    if !piece.is_empty() {
+    if !pending.is_empty() {
         let _ = events
             .send(Input::ShellOutput {
                 id,
                 proc,
                 stream,
-                data: piece,
+                data: pending,
             })
             .await;
+    }
+}
+
+/// The length of the first complete piece at the start of `buf`, whose first `clean` bytes
+/// hold no newline: up to its first newline within [`MAX_OUTPUT_CHUNK`] bytes, or that many
+/// bytes of a longer line.
+fn piece_len(buf: &[u8], clean: usize) -> Option<usize> {
+    let window = &buf[..buf.len().min(MAX_OUTPUT_CHUNK)];
+    let from = clean.min(window.len());
+    match window[from..].iter().position(|b| *b == b'\n') {
+        Some(i) => Some(from + i + 1),
+        None => (window.len() == MAX_OUTPUT_CHUNK).then_some(MAX_OUTPUT_CHUNK),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    /// Gives its bytes a few at a time, as a pipe does.
+    struct Trickle {
+        bytes: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl tokio::io::AsyncRead for Trickle {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            let n = self
+                .step
+                .min(buf.remaining())
+                .min(self.bytes.len() - self.at);
+            let at = self.at;
+            buf.put_slice(&self.bytes[at..at + n]);
+            self.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    async fn pieces(bytes: Vec<u8>, step: usize) -> Vec<Vec<u8>> {
+        let (tx, mut rx) = mpsc::channel(4);
+        let r: Reader = Box::new(Trickle { bytes, at: 0, step });
+        tokio::spawn(forward(r, tx, 1, 0, Stream::Stdout));
+        let mut got = Vec::new();
+        while let Some(i) = rx.recv().await {
+            match i {
+                Input::ShellOutput { data, .. } => got.push(data),
+                other => panic!("not output: {other:?}"),
+            }
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn output_goes_as_a_piece_per_line_a_long_line_in_pieces_and_the_rest_at_the_end() {
+        let long = MAX_OUTPUT_CHUNK * 2 + 10;
+        let mut bytes = b"a\nbb\n".to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', long));
+        bytes.extend(b"\n\ntail");
+        for step in [1, 7, 300, READ_BUFFER, usize::MAX] {
+            let got = pieces(bytes.clone(), step).await;
+            let lens: Vec<usize> = got.iter().map(Vec::len).collect();
+            assert_eq!(
+                lens,
+                [2, 3, MAX_OUTPUT_CHUNK, MAX_OUTPUT_CHUNK, 11, 1, 4],
+                "reads of {step} bytes"
+            );
+            assert_eq!(got.concat(), bytes, "reads of {step} bytes");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_process_that_writes_nothing_sends_nothing() {
+        assert!(pieces(Vec::new(), 100).await.is_empty());
     }
 }

@@ -497,20 +497,35 @@ impl Node {
 
     /// Tells the job-exec module about new child links, subtrees or a new upward link.
     fn exec_topology(&mut self) {
-        let children: Vec<(LinkId, Rank, IdSet)> = self
-            .children
-            .iter()
-            .map(|(l, c)| {
-                let mut ids: IdSet = c.members.iter().copied().collect();
-                ids.insert(c.rank);
-                (*l, c.rank, ids)
-            })
-            .collect();
-        let up = self.up.map(|(l, _)| l);
-        if children != self.exec_children {
+        // Asked after every input (a controller's every frame): compared in place, and only
+        // built when something changed.
+        let same = self.children.len() == self.exec_children.len()
+            && self
+                .children
+                .iter()
+                .zip(&self.exec_children)
+                .all(|((l, c), (el, er, ids))| {
+                    let size = c.members.len() + usize::from(!c.members.contains(&c.rank));
+                    l == el
+                        && c.rank == *er
+                        && ids.len() == size as u64
+                        && ids.contains(c.rank)
+                        && c.members.iter().all(|m| ids.contains(*m))
+                });
+        if !same {
+            let children: Vec<(LinkId, Rank, IdSet)> = self
+                .children
+                .iter()
+                .map(|(l, c)| {
+                    let mut ids: IdSet = c.members.iter().copied().collect();
+                    ids.insert(c.rank);
+                    (*l, c.rank, ids)
+                })
+                .collect();
             self.exec_children = children.clone();
             self.emit(Output::Exec(crate::exec::Input::Children(children)));
         }
+        let up = self.up.map(|(l, _)| l);
         if up != self.exec_up {
             self.exec_up = up;
             self.emit(Output::Exec(crate::exec::Input::Uplink(up)));
