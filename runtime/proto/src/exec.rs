@@ -44,88 +44,94 @@ pub struct Jobs {
     pub jobs: Vec<JobTuple>,
 }
 
-/// `job-exec.hello` responses: sent down to the ranks in `idset`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub enum ExecDown {
-    /// RFC 33 `state-update`: `data.jobs` tuples.
-    StateUpdate { idset: IdSet, data: Jobs },
-    /// What a job runs; precedes its `add` (RFC 33 leaves job data to other services).
-    JobInfo {
-        idset: IdSet,
-        id: JobId,
-        spec: JobSpec,
-    },
-    /// Every shell of the job entered barrier `seq`: they may leave it.
-    BarrierDone { idset: IdSet, id: JobId, seq: u64 },
-    /// A job exception event; fatal ones (severity 0) kill the local shells.
-    Exception {
-        idset: IdSet,
-        id: JobId,
-        severity: u32,
-        kind: String,
-        note: String,
-    },
-    /// Deliver a signal to the job's local shells.
-    Signal {
-        idset: IdSet,
-        id: JobId,
-        signal: i32,
-    },
-    /// The next bytes of process 0's stdin, for the rank it runs on.
-    Stdin {
-        idset: IdSet,
-        id: JobId,
-        #[serde(with = "base64_bytes")]
-        data: Vec<u8>,
-        eof: bool,
-    },
+crate::tag_first! {
+    tag = "type", name = "ExecDown", other = none;
+    /// `job-exec.hello` responses: sent down to the ranks in `idset`.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum ExecDown {
+        /// RFC 33 `state-update`: `data.jobs` tuples.
+        StateUpdate { idset: IdSet, data: Jobs },
+        /// What a job runs; precedes its `add` (RFC 33 leaves job data to other services).
+        JobInfo {
+            idset: IdSet,
+            id: JobId,
+            spec: JobSpec,
+        },
+        /// Every shell of the job entered barrier `seq`: they may leave it.
+        BarrierDone { idset: IdSet, id: JobId, seq: u64 },
+        /// A job exception event; fatal ones (severity 0) kill the local shells.
+        Exception {
+            idset: IdSet,
+            id: JobId,
+            severity: u32,
+            kind: String,
+            note: String,
+        },
+        /// Deliver a signal to the job's local shells.
+        Signal {
+            idset: IdSet,
+            id: JobId,
+            signal: i32,
+        },
+        /// The next bytes of process 0's stdin, for the rank it runs on.
+        Stdin {
+            idset: IdSet,
+            id: JobId,
+            #[serde(with = "base64_bytes")]
+            data: Vec<u8>,
+            eof: bool,
+        },
+    }
 }
 
-/// Requests sent upward (RFC 33 `job-exec.*`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "req", rename_all = "kebab-case")]
-pub enum ExecUp {
-    Hello,
-    Start {
-        id: JobId,
-        ranks: IdSet,
-    },
-    Barrier {
-        id: JobId,
-        ranks: IdSet,
-        seq: u64,
-    },
-    Finish {
-        id: JobId,
-        ranks: IdSet,
-        status: i32,
-    },
-    Exception {
-        id: JobId,
-        severity: u32,
-        #[serde(rename = "type")]
-        kind: String,
-        note: String,
-    },
-    Release {
-        id: JobId,
-        ranks: IdSet,
-    },
-    /// Bytes a job process wrote, on their way to the tool that submitted the job
-    /// (forwarded at once, like exceptions; RFC 33 leaves output collection open).
-    Output {
-        id: JobId,
-        proc: u32,
-        stream: Stream,
-        #[serde(with = "base64_bytes")]
-        data: Vec<u8>,
-    },
-    /// Process 0 took this many bytes of its stdin in all (forwarded at once).
-    StdinAck {
-        id: JobId,
-        bytes: u64,
-    },
+crate::tag_first! {
+    tag = "req", name = "ExecUp", other = none;
+    /// Requests sent upward (RFC 33 `job-exec.*`).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    #[serde(rename_all = "kebab-case")]
+    pub enum ExecUp {
+        Hello,
+        Start {
+            id: JobId,
+            ranks: IdSet,
+        },
+        Barrier {
+            id: JobId,
+            ranks: IdSet,
+            seq: u64,
+        },
+        Finish {
+            id: JobId,
+            ranks: IdSet,
+            status: i32,
+        },
+        Exception {
+            id: JobId,
+            severity: u32,
+            #[serde(rename = "type")]
+            kind: String,
+            note: String,
+        },
+        Release {
+            id: JobId,
+            ranks: IdSet,
+        },
+        /// Bytes a job process wrote, on their way to the tool that submitted the job
+        /// (forwarded at once, like exceptions; RFC 33 leaves output collection open).
+        Output {
+            id: JobId,
+            proc: u32,
+            stream: Stream,
+            #[serde(with = "base64_bytes")]
+            data: Vec<u8>,
+        },
+        /// Process 0 took this many bytes of its stdin in all (forwarded at once).
+        StdinAck {
+            id: JobId,
+            bytes: u64,
+        },
+    }
 }
 
 /// Upward messages counted on this daemon, by kind (the reductions are proven with them).

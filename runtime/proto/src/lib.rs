@@ -13,6 +13,7 @@ pub mod launch;
 pub mod limits;
 pub mod placement;
 pub mod secure;
+pub mod tagged;
 pub mod wire;
 
 /// A daemon rank in the DVM namespace; the controller is rank 0.

@@ -181,52 +181,52 @@ pub struct RankEpoch {
     pub via: u64,
 }
 
-/// Traffic between daemons.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-pub enum DaemonMsg {
-    /// Upward: these ranks are now reachable through the sending link.
-    Report { members: Vec<Member> },
-    /// Upward: these ranks (as of these epochs) are no longer reachable through the link.
-    Lost { ranks: Vec<RankEpoch> },
-    /// Either way: a message for one rank, forwarded hop by hop along the tree; dropped when
-    /// `ttl` hops have been used up, so no transient inconsistency can bounce it forever.
-    Routed {
-        src: Rank,
-        dst: Rank,
-        ttl: u8,
-        body: Body,
-    },
-    /// Either way, every heartbeat interval: proves the link's other end is alive.
-    Heartbeat,
-    /// Downward: the DVM is stopping; forward to your children, wait for them, exit.
-    Shutdown,
-    /// Upward, last thing before a stopping daemon exits: these ranks (itself and the part
-    /// of its subtree that confirmed) have stopped. A link that closes without it leaves its
-    /// ranks unconfirmed: the daemon may come back, and must then be told to stop.
-    Stopped { ranks: Vec<Rank> },
-    /// Downward (version 4): the `Stopped` just received was counted; the child may exit.
-    StopAcked,
-    /// Upward: a job-exec request (RFC 33 `job-exec.*`).
-    ExecUp { req: ExecUp },
-    /// Downward: a job-exec `hello` response.
-    ExecDown { msg: ExecDown },
-    /// Downward, right after the welcome: the membership beyond what `prte.conf` says.
-    Wireup { wireup: Wireup },
-    /// Downward, to every daemon below: the path to the controller broke above you (a
-    /// daemon lost its upward link); replies to your tools may have been lost.
-    PathLost,
-    /// Either way: a PMIx event on the tree, up to the controller from a child, down to
-    /// every daemon from the parent.
-    Event { ev: crate::event::Travelling },
-    /// Either way: the other side did not understand a message (it speaks an older
-    /// version); the link stays.
-    Unsupported { what: String },
-    /// Downward: this parent is leaving the DVM; connect to the next ancestor now.
-    Rehome,
-    /// A message kind this build does not know (sent by a newer peer).
-    #[serde(other)]
-    Unknown,
+crate::tag_first! {
+    tag = "op", name = "DaemonMsg", other = Unknown;
+    /// Traffic between daemons.
+    #[derive(Debug, Clone, PartialEq, Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum DaemonMsg {
+        /// Upward: these ranks are now reachable through the sending link.
+        Report { members: Vec<Member> },
+        /// Upward: these ranks (as of these epochs) are no longer reachable through the link.
+        Lost { ranks: Vec<RankEpoch> },
+        /// Either way: a message for one rank, forwarded hop by hop along the tree; dropped when
+        /// `ttl` hops have been used up, so no transient inconsistency can bounce it forever.
+        Routed {
+            src: Rank,
+            dst: Rank,
+            ttl: u8,
+            body: Body,
+        },
+        /// Either way, every heartbeat interval: proves the link's other end is alive.
+        Heartbeat,
+        /// Downward: the DVM is stopping; forward to your children, wait for them, exit.
+        Shutdown,
+        /// Upward, last thing before a stopping daemon exits: these ranks (itself and the part
+        /// of its subtree that confirmed) have stopped. A link that closes without it leaves its
+        /// ranks unconfirmed: the daemon may come back, and must then be told to stop.
+        Stopped { ranks: Vec<Rank> },
+        /// Downward (version 4): the `Stopped` just received was counted; the child may exit.
+        StopAcked,
+        /// Upward: a job-exec request (RFC 33 `job-exec.*`).
+        ExecUp { req: ExecUp },
+        /// Downward: a job-exec `hello` response.
+        ExecDown { msg: ExecDown },
+        /// Downward, right after the welcome: the membership beyond what `prte.conf` says.
+        Wireup { wireup: Wireup },
+        /// Downward, to every daemon below: the path to the controller broke above you (a
+        /// daemon lost its upward link); replies to your tools may have been lost.
+        PathLost,
+        /// Either way: a PMIx event on the tree, up to the controller from a child, down to
+        /// every daemon from the parent.
+        Event { ev: crate::event::Travelling },
+        /// Either way: the other side did not understand a message (it speaks an older
+        /// version); the link stays.
+        Unsupported { what: String },
+        /// Downward: this parent is leaving the DVM; connect to the next ancestor now.
+        Rehome,
+    }
 }
 
 /// Payloads of routed messages.
@@ -442,30 +442,33 @@ pub enum ToolReply {
     },
 }
 
-/// Every frame on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
-pub enum Frame {
-    Hello(Hello),
-    /// `version` is the newest both sides speak; `caps` the answering side's bits.
-    Welcome {
-        nspace: String,
-        rank: Rank,
-        #[serde(default = "version_one")]
-        version: u32,
-        #[serde(default)]
-        caps: u64,
-    },
-    Refuse {
-        reason: String,
-    },
-    Daemon(DaemonMsg),
-    Tool(ToolRequest),
-    ToolReply(ToolReply),
-    /// From a job process or tool to its node's daemon: events.
-    Event(crate::event::EventUp),
-    /// From a daemon to a job process or tool: events.
-    EventDown(crate::event::EventDown),
+crate::tag_first! {
+    tag = "t", name = "Frame", other = none;
+    /// Every frame on the wire.
+    #[derive(Debug, Clone, PartialEq, Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Frame {
+        Hello(Hello),
+        /// `version` is the newest both sides speak; `caps` the answering side's bits.
+        Welcome {
+            nspace: String,
+            rank: Rank,
+            #[serde(default = "version_one")]
+            version: u32,
+            #[serde(default)]
+            caps: u64,
+        },
+        Refuse {
+            reason: String,
+        },
+        Daemon(DaemonMsg),
+        Tool(ToolRequest),
+        ToolReply(ToolReply),
+        /// From a job process or tool to its node's daemon: events.
+        Event(crate::event::EventUp),
+        /// From a daemon to a job process or tool: events.
+        EventDown(crate::event::EventDown),
+    }
 }
 
 fn version_one() -> u32 {
