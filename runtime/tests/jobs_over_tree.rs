@@ -62,6 +62,55 @@ fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
     dvm.stop_cleanly(&hosts);
 }
 
+/// The pid of `daemon`'s job reaper: its child named `prted-reaper`.
+fn reaper_of(daemon: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the ")" that ends the name: state, then the parent's pid.
+        let (name, rest) = stat.split_once(" (")?.1.rsplit_once(") ")?;
+        let ppid: u32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+        (name == "prted-reaper" && ppid == daemon).then_some(pid)
+    })
+}
+
+#[test]
+fn a_daemon_whose_job_reaper_is_killed_says_so_in_its_log_and_keeps_running_jobs() {
+    let Some((mut dvm, hosts)) = Dvm::formed("reaper-gone", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    let daemon = dvm.cluster.pid("n01").expect("n01's daemon");
+    let reaper = reaper_of(daemon).expect("n01's daemon has a job reaper");
+    assert!(
+        !dvm.cluster.log("n01").contains("the job reaper"),
+        "{}",
+        dvm.cluster.logs_tail(20)
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(reaper as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        let log = dvm.cluster.log("n01");
+        log.lines()
+            .find(|l| {
+                l.contains(&format!(
+                    "the job reaper (pid {reaper}) was killed by SIGKILL"
+                ))
+            })
+            .map(|_| ())
+            .ok_or_else(|| format!("no word of the reaper in n01's log:\n{log}"))
+    })
+    .unwrap();
+    let (code, out, err) = prun(&dvm, &["--host", "n01", "echo", "still here"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(out.trim(), "still here");
+    dvm.stop_cleanly(&hosts);
+    // A clean stop lets go of the reaper: no word of it from a daemon that was not hit.
+    assert!(!dvm.cluster.log("n02").contains("the job reaper"));
+}
+
 #[test]
 fn a_killed_daemon_leaves_no_process_of_its_job_nor_their_children_behind_and_the_job_fails() {
     let Some((mut dvm, _)) = Dvm::formed("orphans", Needs::AnyBackend, 3, 2) else {

@@ -20,12 +20,14 @@ use std::fs::File;
 use std::io::Read;
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 
 use dvmlab_proto::limits::MAX_PROCS_PER_NODE;
 use nix::fcntl::OFlag;
 use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
 use nix::sys::signal::{killpg, signal, SigHandler, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, pipe2, setpgid, ForkResult, Pid};
 use tracing::warn;
 
@@ -76,16 +78,25 @@ struct Listing {
     /// Held, never written: the reaper's read ends when this closes.
     _pipe: File,
     warned: bool,
+    /// Set once this listing is dropped: the reaper's exit that follows is expected.
+    done: Arc<AtomicBool>,
+}
+
+impl Drop for Listing {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Release);
+    }
 }
 
 impl Listing {
-    fn new(table: Table, pipe: OwnedFd) -> Listing {
+    fn new(table: Table, pipe: OwnedFd, done: Arc<AtomicBool>) -> Listing {
         Listing {
             table,
             slot_of: HashMap::new(),
             free: Vec::new(),
             _pipe: File::from(pipe),
             warned: false,
+            done,
         }
     }
 }
@@ -103,10 +114,12 @@ impl Reaper {
                 drop(write);
                 serve(read, &table)
             }
-            ForkResult::Parent { .. } => {
+            ForkResult::Parent { child } => {
                 drop(read);
+                let done = Arc::new(AtomicBool::new(false));
+                watch(child, done.clone())?;
                 Ok(Reaper {
-                    inner: Some(Listing::new(table, write)),
+                    inner: Some(Listing::new(table, write, done)),
                 })
             }
         }
@@ -169,6 +182,38 @@ impl Reaper {
     }
 }
 
+/// Stack of the thread that waits for the reaper: it only waits and logs.
+const WATCH_STACK: usize = 64 << 10;
+
+/// Waits on a thread of its own for the reaper to exit, which before `done` (the daemon let
+/// go of it) it does only when killed by hand or by the kernel's OOM killer, and then says
+/// so once: the daemon never writes to it, so nothing else would notice that its jobs have
+/// lost their cover.
+fn watch(reaper: Pid, done: Arc<AtomicBool>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("reaper-watch".into())
+        .stack_size(WATCH_STACK)
+        .spawn(move || {
+            crate::helper_thread_ignores_signals();
+            let end = loop {
+                match waitpid(reaper, None) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Ok(WaitStatus::Exited(_, code)) => break format!("exited with {code}"),
+                    Ok(WaitStatus::Signaled(_, sig, _)) => break format!("was killed by {sig}"),
+                    Ok(other) => break format!("ended ({other:?})"),
+                    Err(e) => break format!("cannot be waited for ({e})"),
+                }
+            };
+            if !done.load(Ordering::Acquire) {
+                warn!(
+                    "the job reaper (pid {reaper}) {end}: if this daemon is killed now, its \
+                     job processes outlive it"
+                );
+            }
+        })?;
+    Ok(())
+}
+
 /// The reaper's life: sleep until the daemon's end of the pipe closes, then kill every
 /// group the table still lists.
 fn serve(read: OwnedFd, table: &Table) -> ! {
@@ -210,7 +255,11 @@ mod tests {
     fn listing() -> Reaper {
         let (_read, write) = pipe2(OFlag::O_CLOEXEC).expect("pipe");
         Reaper {
-            inner: Some(Listing::new(Table::new().expect("table"), write)),
+            inner: Some(Listing::new(
+                Table::new().expect("table"),
+                write,
+                Arc::default(),
+            )),
         }
     }
 
