@@ -144,8 +144,6 @@ pub(crate) enum World {
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
 
-/// Makes `cmd` lead its own process group (so a signal reaches everything it starts) and
-/// die with this process.
 /// Waits for `child`, which leads its own process group, to exit, for at most `within`: a
 /// blocking wait on a helper thread, whose answer comes the moment the child exits. (Polled
 /// every 5 ms, it added up to 5 ms to every command the benches timed, and none to the
@@ -157,18 +155,24 @@ fn wait_within(mut child: Child, within: Duration) -> std::io::Result<Option<Exi
         .name("exec-wait".into())
         .spawn(move || {
             let _ = tx.send(child.wait());
+        })
+        .inspect_err(|_| {
+            // Nobody could wait for it: it must not run on unseen.
+            let _ = killpg(group, Signal::SIGKILL);
         })?;
     let status = match rx.recv_timeout(within) {
-        Ok(st) => Some(st?),
+        Ok(st) => st.map(Some),
         Err(_) => {
             let _ = killpg(group, Signal::SIGKILL);
-            None
+            Ok(None)
         }
     };
     let _ = waiter.join();
-    Ok(status)
+    status
 }
 
+/// Makes `cmd` lead its own process group (so a signal reaches everything it starts) and
+/// die with this process.
 fn own_group_dying_with_us(cmd: &mut Command) {
     let parent = nix::unistd::getpid();
     // SAFETY: only async-signal-safe system calls between fork and exec.
