@@ -135,6 +135,11 @@ pub enum Input {
     /// Controller: these ranks became unreachable. Their shells are counted dead (finished
     /// by SIGKILL, released) and every job on them gets a fatal `node-failure` exception.
     Lost(IdSet),
+    /// Not the controller: these ranks below this daemon were lost (and reported up). A job
+    /// that reached this subtree only through them is forgotten here: the controller fails
+    /// it, but neither that exception nor the job's remove will pass through this daemon
+    /// any more, and a lost rank that rejoins below it must not hear of the job as running.
+    LostBelow(IdSet),
 }
 
 /// What the job shells of this daemon are to do; the daemon core passes these on to the
@@ -354,6 +359,7 @@ impl JobExec {
                 data,
             } => self.output_up(id, proc, stream, data),
             Input::Lost(ranks) => self.on_lost(ranks),
+            Input::LostBelow(ranks) => self.on_lost_below(&ranks),
         }
         std::mem::take(&mut self.out)
     }
@@ -512,8 +518,12 @@ impl JobExec {
     }
 
     /// Sends `link` the data, a `check` and any fatal exception of every job that reaches
-    /// `ids`; as the hello response (`always`) even when there is none.
-    fn tell_child(&mut self, link: LinkId, ids: &IdSet, always: bool) {
+    /// `ids`, even when there is none: as the hello's response (`hello`), or as a
+    /// `recheck` of ranks that joined the child's subtree later. Either names every job
+    /// this daemon knows there, so the child terminates what it holds that is not named: a
+    /// job that reached a rank while it was lost below here, failed by the controller,
+    /// whose exception and remove passed by before the rank came back.
+    fn tell_child(&mut self, link: LinkId, ids: &IdSet, hello: bool) {
         let reach: Vec<JobId> = self
             .jobs
             .iter()
@@ -529,9 +539,6 @@ impl JobExec {
             .map(|(id, spec)| (*id, spec.placement.ranks(), spec.clone()))
             .filter(|(_, ranks, _)| ranks.intersects(ids))
             .collect();
-        if reach.is_empty() && pending.is_empty() && !always {
-            return;
-        }
         for (id, idset, spec) in pending {
             self.emit(Output::SendDown {
                 link,
@@ -553,13 +560,13 @@ impl JobExec {
                 });
             }
         }
-        self.emit(Output::SendDown {
-            link,
-            msg: ExecDown::StateUpdate {
-                idset: ids.clone(),
-                data: Jobs { jobs },
-            },
-        });
+        let (idset, data) = (ids.clone(), Jobs { jobs });
+        let msg = if hello {
+            ExecDown::StateUpdate { idset, data }
+        } else {
+            ExecDown::Recheck { idset, data }
+        };
+        self.emit(Output::SendDown { link, msg });
         for msg in fatal {
             self.emit(Output::SendDown { link, msg });
         }
@@ -588,6 +595,24 @@ impl JobExec {
                     }
                 }
             }
+            ExecDown::Recheck {
+                idset,
+                data: Jobs { jobs },
+            } => {
+                let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
+                let strays: Vec<JobId> = self
+                    .jobs
+                    .iter()
+                    .filter(|(id, j)| !named.contains(id) && j.ranks.intersects(&idset))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in strays {
+                    self.stray(id);
+                }
+                for t in jobs {
+                    self.apply(t);
+                }
+            }
             ExecDown::JobInfo { idset, id, spec } => {
                 let m = ExecDown::JobInfo {
                     idset: idset.clone(),
@@ -595,7 +620,9 @@ impl JobExec {
                     spec: spec.clone(),
                 };
                 self.fan_out(&idset, &m);
-                self.infos.insert(id, spec);
+                if self.reaches(&idset) {
+                    self.infos.insert(id, spec);
+                }
             }
             ExecDown::BarrierDone { idset, id, seq } => {
                 let m = ExecDown::BarrierDone {
@@ -739,7 +766,8 @@ impl JobExec {
                 self.apply(JobTuple(id, userid, UpdateType::Check, idset))
             }
             UpdateType::Add => {
-                if self.jobs.contains_key(&id) {
+                // An add that was on its way when the job's ranks were lost below here.
+                if self.jobs.contains_key(&id) || !self.reaches(&idset) {
                     return;
                 }
                 self.fan_out(&idset, &fwd);
@@ -767,6 +795,9 @@ impl JobExec {
             }
             UpdateType::Check => {
                 self.fan_out(&idset, &fwd);
+                if !self.reaches(&idset) {
+                    return;
+                }
                 if !self.jobs.contains_key(&id) {
                     let spec = self.infos.get(&id).cloned();
                     self.jobs.insert(id, Job::new(userid, idset.clone(), spec));
@@ -954,6 +985,35 @@ impl JobExec {
             }
             self.progress(id);
         }
+    }
+
+    fn on_lost_below(&mut self, lost: &IdSet) {
+        if self.controller {
+            return;
+        }
+        // The child links still list them until the overlay's next topology update.
+        let left = self.subtree.difference(lost);
+        let gone: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| !j.ranks.intersects(&left))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.jobs.remove(&id);
+            self.infos.remove(&id);
+            self.emit(Output::Log(format!(
+                "job {id} ran below here only on lost rank(s) {lost}: forgotten here"
+            )));
+        }
+        self.infos
+            .retain(|_, spec| spec.placement.ranks().intersects(&left));
+    }
+
+    /// Whether a job on `ranks` is this daemon's to hold: anything on the controller,
+    /// elsewhere only what reaches its subtree (nothing else will ever be removed here).
+    fn reaches(&self, ranks: &IdSet) -> bool {
+        self.controller || ranks.intersects(&self.subtree)
     }
 
     fn output_up(&mut self, id: JobId, proc: u32, stream: Stream, data: Vec<u8>) {
@@ -1720,5 +1780,88 @@ mod tests {
             "{:?}",
             s.events
         );
+    }
+
+    #[test]
+    fn a_daemon_forgets_a_job_that_reached_it_only_through_lost_ranks_and_holds_no_late_add() {
+        // 0 -> 1, 2; 1 -> 3, 5. Job 3 runs on rank 3 alone, job 4 on ranks 3 to 5.
+        let mut s = Sim::new(7, 2);
+        s.submit(3, IdSet::range(3, 3));
+        s.submit(4, IdSet::range(3, 5));
+        // Rank 1 finds rank 3 silent: the controller fails job 3, but neither the exception
+        // nor the remove will pass through rank 1 (its subtree no longer reaches the job).
+        s.push(1, Input::LostBelow(IdSet::range(3, 3)));
+        s.push(1, Input::Children(vec![(5, 5, s.subtree(5))]));
+        s.run();
+        let held: Vec<JobId> = s.mods[1].jobs().map(|(id, _)| id).collect();
+        assert_eq!(held, vec![4], "{:?}", s.logs);
+        // Job 5's data and add and job 6's check, sent down before the loss reached rank 0,
+        // arrive after it.
+        let mut sp = spec();
+        sp.placement = Placement::new(1, vec![3], MapBy::Node);
+        let on3 = IdSet::range(3, 3);
+        s.push(
+            1,
+            Input::Down(ExecDown::JobInfo {
+                idset: on3.clone(),
+                id: 5,
+                spec: sp,
+            }),
+        );
+        s.push(
+            1,
+            Input::Down(ExecDown::StateUpdate {
+                idset: on3.clone(),
+                data: Jobs {
+                    jobs: vec![
+                        JobTuple(5, 1000, UpdateType::Add, on3.clone()),
+                        JobTuple(6, 1000, UpdateType::Check, on3),
+                    ],
+                },
+            }),
+        );
+        s.run();
+        let held: Vec<JobId> = s.mods[1].jobs().map(|(id, _)| id).collect();
+        assert_eq!(held, vec![4]);
+        assert!(s.mods[1].infos.keys().all(|id| *id != 5));
+        // Rank 3 comes back below rank 1: job 3 is not named to it, so it is terminated
+        // there; job 4 is still running and is checked.
+        let kids = vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))];
+        s.push(1, Input::Children(kids));
+        s.push(3, Input::Uplink(Some(1)));
+        s.run();
+        assert!(s.killed.contains(&(3, 3, 9)), "{:?}", s.killed);
+        assert!(!s.killed.iter().any(|k| k.1 == 4), "{:?}", s.killed);
+    }
+
+    #[test]
+    fn a_recheck_that_does_not_name_a_held_job_terminates_it_below() {
+        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7. Job 8 runs on rank 7 alone.
+        let mut s = Sim::new(8, 2);
+        let on7 = IdSet::range(7, 7);
+        s.submit(8, on7.clone());
+        s.each(&on7, |_| Input::ShellStarted { id: 8 });
+        // Rank 1 heard rank 7 lost (the controller fails the job) and forgot the job; rank 3
+        // took rank 7 back before the job's exception could pass through rank 1.
+        s.push(1, Input::LostBelow(on7.clone()));
+        s.push(
+            1,
+            Input::Children(vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))]),
+        );
+        s.run();
+        assert!(s.mods[1].jobs().next().is_none());
+        // Rank 1 hears rank 7 is below rank 3 again and rechecks it: no job there.
+        s.push(
+            1,
+            Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
+        );
+        s.run();
+        assert!(s.killed.contains(&(7, 8, 9)), "{:?} {:?}", s.killed, s.logs);
+        for r in [3, 7] {
+            assert!(
+                s.mods[r].jobs().next().is_none(),
+                "rank {r} still holds job 8"
+            );
+        }
     }
 }

@@ -68,6 +68,8 @@ pub enum Ev {
         at: Rank,
         nprocs: Option<u32>,
         run_ms: u64,
+        /// Only on this rank's host (the controller places the job otherwise).
+        on: Option<Rank>,
     },
     /// A job shell's event, from the shell of incarnation `life` of `rank` (dropped if that
     /// daemon has died since).
@@ -499,7 +501,6 @@ impl Sim {
                 }
             }
             Output::Shell(ShellCommand::Epilog { id }) => {
-                self.running.remove(&(r, id));
                 let t = self.now + 1 + self.lat();
                 self.shell_at(t, r, ShellInput::EpilogDone { id });
             }
@@ -561,6 +562,63 @@ impl Sim {
         self.seq += 1;
         self.queue.push(Reverse((t, self.seq, idx)));
         true
+    }
+
+    /// `n` daemons (radix `radix`) booted together on a fast network, run until formed.
+    pub fn formed(n: u32, radix: u32) -> Sim {
+        let mut sim = Sim::new(n, radix, Some(1000), vec![1, 2, 1, 3]);
+        for r in 0..n {
+            sim.at(0, Ev::Boot(r));
+        }
+        sim.run_until(3_000);
+        assert!(
+            sim.nodes[&0].node().formed(),
+            "{:?}",
+            sim.nodes[&0].status()
+        );
+        sim
+    }
+
+    /// A new tool connects to the daemon of rank `at` and submits a job of `nprocs`
+    /// processes (on `hosts`, or wherever the controller places them) that each run `run_ms`.
+    pub fn submit(
+        &mut self,
+        at: Rank,
+        nprocs: Option<u32>,
+        hosts: Option<Vec<String>>,
+        run_ms: u64,
+    ) {
+        let link = JOB_TOOLS + self.tools.len() as LinkId;
+        // A tool cannot connect to a daemon that is not running.
+        let refused = (!self.alive[at as usize]).then(|| "no daemon".to_string());
+        self.tools.insert(
+            link,
+            ToolView {
+                at,
+                run_ms,
+                refused,
+                ..ToolView::default()
+            },
+        );
+        let hello = Input::Hello {
+            link,
+            peer: Peer::Tool,
+            version: dvmlab_proto::wire::VERSION,
+        };
+        self.feed(at, hello);
+        let job = Submit {
+            argv: vec!["true".into()],
+            env: vec![],
+            cwd: None,
+            nprocs,
+            map_by: MapBy::Node,
+            hosts,
+            time_limit_ms: None,
+            userid: 1000,
+            stdin: false,
+        };
+        let req = ToolRequest::Submit { job };
+        self.feed(at, Input::Tool { link, req });
     }
 
     /// The tool on link `TOOL` says hello to the controller.
@@ -678,41 +736,22 @@ impl Sim {
                     );
                     self.feed(r, Input::Start);
                 }
-                Ev::Submit { at, nprocs, run_ms } => {
-                    let link = JOB_TOOLS + self.tools.len() as LinkId;
-                    // A tool cannot connect to a daemon that is not running.
-                    let refused = (!self.alive[at as usize]).then(|| "no daemon".to_string());
-                    self.tools.insert(
-                        link,
-                        ToolView {
-                            at,
-                            run_ms,
-                            refused,
-                            ..ToolView::default()
-                        },
-                    );
-                    let hello = Input::Hello {
-                        link,
-                        peer: Peer::Tool,
-                        version: dvmlab_proto::wire::VERSION,
-                    };
-                    self.feed(at, hello);
-                    let job = Submit {
-                        argv: vec!["true".into()],
-                        env: vec![],
-                        cwd: None,
-                        nprocs,
-                        map_by: MapBy::Node,
-                        hosts: None,
-                        time_limit_ms: None,
-                        userid: 1000,
-                        stdin: false,
-                    };
-                    let req = ToolRequest::Submit { job };
-                    self.feed(at, Input::Tool { link, req });
+                Ev::Submit {
+                    at,
+                    nprocs,
+                    run_ms,
+                    on,
+                } => {
+                    let hosts = on.map(|r| vec![format!("h{r}")]);
+                    self.submit(at, nprocs, hosts, run_ms)
                 }
                 Ev::Shell { rank, life, input } => {
                     if self.alive[rank as usize] && self.life[rank as usize] == life {
+                        // Gone with its processes, whether or not the daemon still knows
+                        // the job (a stray's exit is reported to nobody).
+                        if let ShellInput::ShellExited { id, .. } = &input {
+                            self.running.remove(&(rank, *id));
+                        }
                         self.feed_core(rank, CoreInput::Shell(input));
                     }
                 }
@@ -825,9 +864,7 @@ pub fn scenario(
     )
 }
 
-/// One simulated run; see the property below. Job `i` is submitted by a tool on rank
-/// `relays[i] % n` (its requests relayed through the tree), or on the controller past the
-/// end of `relays`.
+/// One simulated run without frozen daemons; see [`scenario_with_freezes`].
 #[allow(clippy::too_many_arguments)]
 pub fn scenario_with_relays(
     n: u32,
@@ -839,6 +876,41 @@ pub fn scenario_with_relays(
     cuts: Vec<(u64, usize)>,
     jobs: Vec<(u64, Option<u32>, u64)>,
     relays: Vec<u32>,
+) -> Result<(), TestCaseError> {
+    scenario_with_freezes(
+        n,
+        radix,
+        boots,
+        latency,
+        missing_seed,
+        crashes,
+        cuts,
+        jobs,
+        relays,
+        Vec::new(),
+        Vec::new(),
+    )
+}
+
+/// One simulated run; see the properties in `tests/simulation.rs`. Job `i` is submitted by
+/// a tool on rank `relays[i] % n` (its requests relayed through the tree), or on the
+/// controller past the end of `relays`; it runs only on rank `pinned[i] % n` where that
+/// says so. Each of `freezes` (time, rank seed, length) stops
+/// a daemon without killing it, as SIGSTOP or a paused VM does: long enough, and its
+/// parent drops it as silent while its jobs still run there.
+#[allow(clippy::too_many_arguments)]
+pub fn scenario_with_freezes(
+    n: u32,
+    radix: u32,
+    boots: Vec<u64>,
+    latency: Vec<u64>,
+    missing_seed: Option<u32>,
+    crashes: Vec<(u64, u32, bool, u64)>,
+    cuts: Vec<(u64, usize)>,
+    jobs: Vec<(u64, Option<u32>, u64)>,
+    relays: Vec<u32>,
+    freezes: Vec<(u64, u32, u64)>,
+    pinned: Vec<Option<u32>>,
 ) -> Result<(), TestCaseError> {
     let heal = Some(1000 * MS);
     let mut sim = Sim::new(n, radix, heal, latency);
@@ -865,10 +937,22 @@ pub fn scenario_with_relays(
     for (t, seed) in cuts {
         sim.at(t, Ev::Cut { seed });
     }
+    for (t, seed, ms) in freezes {
+        sim.at(t, Ev::Stall { rank: seed % n, ms });
+    }
     // Jobs arrive throughout the chaos.
     for (i, (t, nprocs, run_ms)) in jobs.into_iter().enumerate() {
         let at = relays.get(i).map_or(0, |r| r % n);
-        sim.at(t, Ev::Submit { at, nprocs, run_ms });
+        let on = pinned.get(i).copied().flatten().map(|r| r % n);
+        sim.at(
+            t,
+            Ev::Submit {
+                at,
+                nprocs,
+                run_ms,
+                on,
+            },
+        );
     }
     sim.run_until(60_000);
     if let Some(v) = &sim.violation {

@@ -1,7 +1,7 @@
 //! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
 //! jobs, and every minimal failing case it found, kept as a named test.
 
-use dvmlab_sim::{scenario, scenario_with_relays, Ev, Sim};
+use dvmlab_sim::{scenario, scenario_with_freezes, scenario_with_relays, Ev, Sim};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -53,6 +53,31 @@ proptest! {
             latency[at] = ms;
         }
         scenario_with_relays(n, radix, boots, latency, missing_seed, crashes, cuts, jobs, relays)?;
+    }
+
+    /// As above, with daemons frozen (not killed) for up to twice the liveness window while
+    /// jobs run: a frozen daemon's parent drops it, and it comes back with its jobs' shells
+    /// still running.
+    #[test]
+    fn frozen_daemons_that_come_back_leave_no_job_running_or_held(
+        n in 2u32..40,
+        radix in 2u32..5,
+        boots in proptest::collection::vec(0u64..3000, 40),
+        base_latency in proptest::collection::vec(0u64..8, 16),
+        crashes in proptest::collection::vec((0u64..20_000, 1u32..40, any::<bool>(), 0u64..5000), 0..2),
+        jobs in proptest::collection::vec(
+            (3000u64..25_000, proptest::option::of(1u32..80), 0u64..8000),
+            1..12,
+        ),
+        relays in proptest::collection::vec(prop_oneof![3 => Just(0u32), 2 => 1u32..40], 0..12),
+        freezes in proptest::collection::vec((3000u64..22_000, 1u32..40, 500u64..7000), 1..4),
+        // Most jobs on one rank: a job that reaches an interior daemon's subtree only
+        // through the frozen rank.
+        pinned in proptest::collection::vec(prop_oneof![3 => (1u32..40).prop_map(Some), 1 => Just(None)], 12),
+    ) {
+        scenario_with_freezes(
+            n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, pinned,
+        )?;
     }
 }
 
@@ -364,6 +389,7 @@ fn a_hundred_thousand_processes_on_128_nodes_travel_in_small_frames() {
             at: 0,
             nprocs: Some(100_000),
             run_ms: 100,
+            on: None,
         },
     );
     sim.run_until(20_000);
@@ -672,16 +698,7 @@ fn a_controller_started_last_is_reached_at_once_not_at_the_next_back_off_attempt
 fn a_tool_hears_its_job_end_before_the_remove_goes_down_to_every_daemon() {
     use dvmlab_proto::exec::{ExecDown, UpdateType};
     use dvmlab_proto::wire::{DaemonMsg, Frame, ToolReply};
-    let mut sim = Sim::new(13, 3, Some(1000), vec![1, 2, 1, 3]);
-    for r in 0..13 {
-        sim.at(0, Ev::Boot(r));
-    }
-    sim.run_until(3_000);
-    assert!(
-        sim.nodes[&0].node().formed(),
-        "{:?}",
-        sim.nodes[&0].status()
-    );
+    let mut sim = Sim::formed(13, 3);
     sim.controller_sends = Some(Vec::new());
     sim.at(
         3_001,
@@ -689,6 +706,7 @@ fn a_tool_hears_its_job_end_before_the_remove_goes_down_to_every_daemon() {
             at: 0,
             nprocs: None,
             run_ms: 5,
+            on: None,
         },
     );
     sim.run_until(10_000);
@@ -714,4 +732,124 @@ fn a_tool_hears_its_job_end_before_the_remove_goes_down_to_every_daemon() {
         removes.iter().all(|&i| i > ended),
         "the remove went to a child (sends {removes:?}) before the tool heard the end (send {ended})"
     );
+}
+
+/// Found by the soak (a frozen daemon, a barrier job that never ended): rank 7, a leaf below
+/// rank 3, runs the only processes of a job and freezes. Rank 3 drops it as silent, the
+/// controller fails the job and removes it, but neither the exception nor the remove passes
+/// through rank 3 any more (its subtree no longer reaches the job). When rank 7 thaws and
+/// rejoins below rank 3, the job must not come back to life there: its shell is killed and
+/// no daemon keeps the job.
+#[test]
+fn a_frozen_daemon_that_rejoins_after_its_only_job_failed_kills_that_job() {
+    let (mut sim, id) = formed_with_a_job_on_rank_7(2);
+    sim.at(3_100, Ev::Stall { rank: 7, ms: 8_000 });
+    sim.run_until(20_000);
+    assert!(
+        sim.dead_links
+            .iter()
+            .any(|&(_, by, lost)| by == 3 && lost == 7),
+        "rank 3 never found rank 7 silent: {:?}",
+        sim.dead_links
+    );
+    let status = sim.nodes[&0].status();
+    assert!(status.formed, "rank 7 rejoined: {status:?}");
+    assert!(
+        !sim.running.contains_key(&(7, id)),
+        "job {id}'s shell still runs on rank 7 after it rejoined"
+    );
+    ended_and_held_nowhere(&sim);
+}
+
+/// An 8-daemon DVM (radix 2: rank 7 is a leaf below rank 3, below rank 1) formed, with a
+/// job of `nprocs` processes on rank 7 alone running (for a minute, unless killed).
+fn formed_with_a_job_on_rank_7(nprocs: u32) -> (Sim, dvmlab_core::exec::JobId) {
+    let mut sim = Sim::formed(8, 2);
+    sim.submit(0, Some(nprocs), Some(vec!["h7".into()]), 60_000);
+    sim.run_until(3_100);
+    let id = sim.tools.values().find_map(|t| t.id).expect("job accepted");
+    assert!(sim.running.contains_key(&(7, id)), "{:?}", sim.running);
+    (sim, id)
+}
+
+/// No invariant broke, the tool heard its job end once, and no daemon holds a job.
+fn ended_and_held_nowhere(sim: &Sim) {
+    assert!(sim.violation.is_none(), "{:?}", sim.violation);
+    assert!(
+        sim.tools.values().all(|t| t.ended == 1),
+        "the tool heard its job end once: {:?}",
+        sim.tools
+    );
+    for (r, c) in &sim.nodes {
+        let left: Vec<_> = c.jobs().map(|(j, _)| j).collect();
+        assert!(left.is_empty(), "rank {r} still holds jobs {left:?}");
+    }
+}
+
+/// Found by the freezes property, as it was before rechecks: rank 3 is frozen while a job
+/// is placed on rank 7, its child, which has given up on it and keeps dialing it. When rank 3
+/// thaws it drops rank 7 as lost, takes its new hello at once, and only then reads the job's
+/// add, which it passes on. Rank 1 had forgotten the job on hearing of the loss, so the
+/// controller's exception and remove stopped there, and nothing told ranks 3 and 7 the job
+/// was over. (The recheck that rank 1 now sends when rank 7 is below rank 3 again also
+/// shifts this run's timing; `exec`'s unit tests pin the recheck itself.)
+#[test]
+fn a_job_added_below_a_thawed_daemon_after_its_rank_was_lost_is_terminated_by_the_recheck() {
+    scenario_with_freezes(
+        16,
+        2,
+        vec![
+            1633, 1805, 199, 2085, 999, 986, 1331, 1013, 2932, 489, 1622, 2306, 1772, 1078, 1192,
+            1086, 1299, 1264, 2386, 873, 2011, 1643, 559, 2914, 31, 277, 2423, 86, 703, 1624, 410,
+            1190, 2964, 633, 2501, 1956, 2418, 2046, 2950, 2092,
+        ],
+        vec![3, 1, 1, 0, 3, 4, 5, 6, 2, 1, 5, 1, 7, 3, 6, 2],
+        None,
+        vec![],
+        vec![],
+        vec![
+            (12367, Some(13), 5331),
+            (4159, None, 4825),
+            (17745, Some(50), 1243),
+            (13335, None, 6075),
+            (18728, None, 6985),
+            (14416, Some(65), 5219),
+            (16437, Some(18), 3038),
+            (17215, Some(9), 5266),
+        ],
+        vec![9, 0, 0, 0, 0, 0, 7, 19, 32, 0],
+        vec![(19420, 14, 6471), (14822, 19, 4492), (20765, 13, 5309)],
+        vec![
+            Some(38),
+            None,
+            Some(30),
+            Some(25),
+            Some(39),
+            Some(6),
+            Some(33),
+            Some(37),
+            Some(10),
+            Some(29),
+            Some(37),
+            Some(23),
+        ],
+    )
+    .unwrap();
+}
+
+/// A job's only rank dies for good (no FIN, never restarted): the daemons between it and the
+/// controller, through which neither the job's exception nor its remove passes any more,
+/// forget the job instead of holding it forever.
+#[test]
+fn daemons_above_a_rank_lost_for_good_forget_its_only_job() {
+    let (mut sim, _) = formed_with_a_job_on_rank_7(1);
+    sim.at(
+        3_100,
+        Ev::Crash {
+            rank: 7,
+            fin: false,
+        },
+    );
+    sim.run_until(20_000);
+    ended_and_held_nowhere(&sim);
 }
