@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci soak-broken bench bench-compare bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci soak-broken bench bench-compare bench-pair bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -94,6 +94,13 @@ bench:
 ## PROFILES measured alternately in one run: medians, spread, ratios side by side.
 bench-compare:
 	$(BENCH) run $(foreach p,$(PROFILES),--profile $(p)) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
+
+## Two PROFILES' jobs in pairs: both DVMs held side by side, jobs alternated, each difference
+## taken within its pair (resolves a few per cent; PAIRS pairs at PAIR_SIZES nodes).
+PAIR_SIZES ?= 32,128
+PAIRS ?= 40
+bench-pair:
+	$(BENCH) pair $(foreach p,$(PROFILES),--profile $(p)) --sizes $(PAIR_SIZES) --pairs $(PAIRS)
 
 ## dvmlab against Open MPI's mpirun (Debian's openmpi-bin), one-shot work on the same hosts.
 bench-peers:

@@ -18,7 +18,7 @@ use crate::floor;
 use crate::stats::median;
 
 /// What every job of the benches runs.
-const TRUE: &str = "/bin/true";
+pub(crate) const TRUE: &str = "/bin/true";
 
 /// How long a DVM may take to form before the bench gives up on it.
 const FORM_LIMIT: Duration = Duration::from_secs(180);

@@ -4,6 +4,9 @@
 //!   one `/bin/true` per node, sequential jobs, grow and shrink — each runtime driven only
 //!   through its conformance profile, the profiles alternated repetition by repetition, every
 //!   figure beside the machine's floor from the same run and beside the other runtimes.
+//! - `pair --profile A --profile B`: jobs of two runtimes, both DVMs held side by side and
+//!   their jobs alternated, each difference taken within its pair: what resolves a few per
+//!   cent where one run after another cannot.
 //! - `peers`: dvmlab against Open MPI's `mpirun` for one-shot work on the same hosts.
 //! - `readme`: rebuilds the README's performance section from what the runs wrote.
 
@@ -14,7 +17,7 @@ use clap::{Parser, Subcommand};
 use dvmlab_bench::driver::{self, Measured, Metric, Plan, Runtime};
 use dvmlab_bench::report::{self, Runs};
 use dvmlab_bench::stamp::Stamp;
-use dvmlab_bench::{floor, peers};
+use dvmlab_bench::{floor, pair, peers};
 use dvmlab_harness::BackendKind;
 
 #[derive(Parser)]
@@ -66,6 +69,25 @@ enum Cmd {
         /// The files' name (default: `bench` for one profile, `compare` for several).
         #[arg(long)]
         name: Option<String>,
+    },
+    /// Jobs of two runtimes in pairs: both DVMs held side by side on hosts of their own,
+    /// jobs alternated, each difference (wall and the machine's CPU) taken within its pair.
+    Pair {
+        /// The two profiles: A, then B (differences are B − A).
+        #[arg(long = "profile", num_args = 1, required = true)]
+        profiles: Vec<PathBuf>,
+        /// Node counts.
+        #[arg(long, value_delimiter = ',', default_value = "32,128")]
+        sizes: Vec<usize>,
+        /// Pairs of jobs at each size.
+        #[arg(long, default_value_t = 40)]
+        pairs: usize,
+        /// Hosts as network namespaces (netns, needs root) or loopback processes (process).
+        #[arg(long, default_value = "netns")]
+        backend: String,
+        /// Where `pair.md` and `pair.json` go.
+        #[arg(long, default_value = "target/bench")]
+        out: PathBuf,
     },
     /// dvmlab against Open MPI's mpirun on the same netns hosts, one-shot work.
     Peers {
@@ -129,6 +151,13 @@ fn main() -> ExitCode {
             });
             run(&profiles, &plan, &common, &name)
         }),
+        Cmd::Pair {
+            profiles,
+            sizes,
+            pairs,
+            backend,
+            out,
+        } => backend_kind(&backend).and_then(|b| run_pair(&profiles, b, &sizes, pairs, &out)),
         Cmd::Peers { profile, common } => run_peers(&profile, &common),
         Cmd::Readme { dir, readme, docs } => rebuild_readme(&dir, &readme, &docs),
     };
@@ -266,6 +295,54 @@ fn medians(
         }
     }
     out
+}
+
+fn run_pair(
+    profiles: &[PathBuf],
+    backend: BackendKind,
+    sizes: &[usize],
+    pairs: usize,
+    out: &Path,
+) -> Result<(), String> {
+    let [a, b] = profiles else {
+        return Err(format!(
+            "pair compares two profiles (--profile A --profile B), not {}",
+            profiles.len()
+        ));
+    };
+    let (ra, rb) = (Runtime::load(a)?, Runtime::load(b)?);
+    // Two profiles of one implementation are told apart by their files' names.
+    let (na, nb) = if ra.name == rb.name {
+        let stem = |p: &Path| {
+            p.file_stem()
+                .map_or(String::new(), |s| s.to_string_lossy().into_owned())
+        };
+        (stem(a), stem(b))
+    } else {
+        (ra.name.clone(), rb.name.clone())
+    };
+    let stamp = Stamp::now();
+    let rows = pair::measure(&ra, &rb, backend, sizes, pairs, &mut |s| say(s))?;
+    let table = pair::table(&na, &nb, &rows);
+    let md = format!(
+        "### Jobs in pairs: {na} (A) and {nb} (B)\n\n         A job of one /bin/true per node on each of two DVMs held side by side ({backend:?} hosts,          radix {}), the two alternated; differences are B − A within each pair, ± their standard          error; CPU is the machine's busy time over a job.\n\n{table}\n_{}_\n",
+        driver::RADIX,
+        stamp.line()
+    );
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let write = |name: &str, text: String| {
+        let p = out.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    write("pair.md", md.clone())?;
+    let json =
+        serde_json::json!({"stamp": stamp, "a": na, "b": nb, "profiles": profiles, "rows": rows});
+    write(
+        "pair.json",
+        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+    )?;
+    println!("{md}");
+    Ok(())
 }
 
 fn run_peers(profile: &Path, common: &Common) -> Result<(), String> {

@@ -26,6 +26,21 @@ pub fn range(v: &[f64]) -> (f64, f64) {
         })
 }
 
+/// The mean of `v` and its standard error (the sample standard deviation over the square
+/// root of the count); 0 and 0 for none, the value and 0 for one.
+pub fn mean_and_se(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, (var / n).sqrt())
+}
+
 /// `a / b`, or `None` when `b` is not a positive number.
 pub fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0 && a.is_finite()).then(|| a / b)
@@ -47,5 +62,15 @@ mod tests {
         assert_eq!(range(&[2.0, 5.0, 1.0]), (1.0, 5.0));
         assert_eq!(ratio(3.0, 2.0), Some(1.5));
         assert_eq!(ratio(3.0, 0.0), None);
+    }
+
+    #[test]
+    fn the_standard_error_is_the_sample_deviation_over_the_root_of_the_count() {
+        // Deviations -2, 0, 2: sample variance 4, standard deviation 2, over the root of 3.
+        let (m, se) = mean_and_se(&[1.0, 3.0, 5.0]);
+        assert_eq!(m, 3.0);
+        assert!((se - 2.0 / 3f64.sqrt()).abs() < 1e-12, "{se}");
+        assert_eq!(mean_and_se(&[7.0]), (7.0, 0.0));
+        assert_eq!(mean_and_se(&[]), (0.0, 0.0));
     }
 }

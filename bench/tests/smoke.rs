@@ -161,3 +161,45 @@ fn open_mpi_runs_beside_dvmlab_on_the_same_hosts() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn two_profiles_held_side_by_side_give_paired_differences_and_a_ratio() {
+    if !netns_available() {
+        return skip(
+            "two_profiles_held_side_by_side_give_paired_differences_and_a_ratio",
+            "needs root and ip (netns hosts)",
+        );
+    }
+    let out = out_dir("pair");
+    let (a, b) = (profile("reference"), profile("human-status-example"));
+    let md = bench(
+        &[
+            "pair",
+            "--profile",
+            a.to_str().unwrap(),
+            "--profile",
+            b.to_str().unwrap(),
+            "--sizes",
+            "3",
+            "--pairs",
+            "2",
+        ],
+        &out,
+        "pair",
+    );
+    // nodes, pairs, A, B, B − A ± se, B / A, A CPU, B CPU, B − A CPU ± se
+    let r = md
+        .lines()
+        .find(|l| l.starts_with("| 3 | 2 |"))
+        .unwrap_or_else(|| panic!("no row at 3 nodes in\n{md}"))
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .filter(|c| !c.is_empty())
+        .collect::<Vec<_>>();
+    assert_eq!(r.len(), 9, "{r:?}");
+    assert!(ratio(&r[5]) > 0.0, "{r:?}");
+    for i in [4, 8] {
+        assert!(r[i].contains(" ± "), "{r:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -1,0 +1,226 @@
+//! Two runtimes' jobs measured in pairs: both DVMs formed and held side by side, each on
+//! hosts of its own, their jobs alternated (A then B, B then A, …), and each job compared
+//! with its neighbour. One DVM measured after another cannot resolve a few per cent on a VM
+//! whose neighbours come and go (runs of the same binaries an hour apart differ by 10 %); a
+//! difference taken within each pair can, and its standard error says how well. A job's CPU
+//! is the machine's busy time while it ran, from `/proc/stat`: the other DVM is idle then.
+
+use std::time::Instant;
+
+use dvmlab_harness::BackendKind;
+use serde::Serialize;
+
+use crate::driver::{self, Runtime};
+use crate::stats::mean_and_se;
+
+/// One size's pairs and what they say.
+#[derive(Debug, Clone, Serialize)]
+pub struct Paired {
+    pub nodes: usize,
+    pub pairs: usize,
+    /// Wall time of a job, submit to exit, ms: the mean of A's, of B's, and of B − A within
+    /// each pair with its standard error.
+    pub a_ms: f64,
+    pub b_ms: f64,
+    pub diff_ms: f64,
+    pub diff_se_ms: f64,
+    /// The machine's CPU time over a job, ms (the same three).
+    pub a_cpu_ms: f64,
+    pub b_cpu_ms: f64,
+    pub cpu_diff_ms: f64,
+    pub cpu_diff_se_ms: f64,
+}
+
+/// The machine's busy CPU time so far, ms: every state of `/proc/stat`'s `cpu` line but
+/// idle and iowait.
+fn busy_ms() -> Result<f64, String> {
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .ok_or("/proc/stat: no `cpu` line")?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| {
+            f.parse()
+                .map_err(|_| format!("/proc/stat: {f:?} in {line:?}"))
+        })
+        .collect::<Result<_, _>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is inside user already).
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&h| h > 0)
+        .ok_or("sysconf(CLK_TCK) failed")?;
+    Ok(busy as f64 * 1000.0 / hz as f64)
+}
+
+/// Measures `pairs` pairs of jobs of one `/bin/true` per node at each of `sizes`.
+pub fn measure(
+    a: &Runtime,
+    b: &Runtime,
+    backend: BackendKind,
+    sizes: &[usize],
+    pairs: usize,
+    say: &mut dyn FnMut(&str),
+) -> Result<Vec<Paired>, String> {
+    sizes
+        .iter()
+        .map(|&n| size(a, b, backend, n, pairs.max(2), say))
+        .collect()
+}
+
+fn size(
+    a: &Runtime,
+    b: &Runtime,
+    backend: BackendKind,
+    n: usize,
+    pairs: usize,
+    say: &mut dyn FnMut(&str),
+) -> Result<Paired, String> {
+    say(&format!(
+        "{n} nodes: {} and {} side by side, {pairs} pairs of jobs",
+        a.name, b.name
+    ));
+    let names = driver::nodes(n);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(names.iter().cloned());
+    let (ctx_a, ctx_b) = (driver::ctx(a, backend, n), driver::ctx(b, backend, n));
+    let mut dvm_a = driver::dvm(&ctx_a, "pair-a", &hosts, n)?;
+    let mut dvm_b = match driver::dvm(&ctx_b, "pair-b", &hosts, n) {
+        Ok(d) => d,
+        Err(e) => {
+            dvm_a.cluster.destroy();
+            return Err(e);
+        }
+    };
+    let r = (|| {
+        driver::form(&mut dvm_a, &hosts, true)?;
+        driver::form(&mut dvm_b, &hosts, true)?;
+        let argv = |d: &conformance::sut::Dvm| {
+            d.submit_argv(n, &names, &[], &[driver::TRUE])
+                .map_err(|p| p.to_string())
+        };
+        let dvms = [(&dvm_a, argv(&dvm_a)?), (&dvm_b, argv(&dvm_b)?)];
+        // One job each first: the first job of a DVM pays for cold caches.
+        for (d, argv) in &dvms {
+            driver::timed(d, argv)?;
+        }
+        let mut wall = [Vec::new(), Vec::new()];
+        let mut cpu = [Vec::new(), Vec::new()];
+        for p in 0..pairs {
+            // Alternate which goes first, so that neither always follows the other.
+            for k in [p % 2, 1 - p % 2] {
+                let (d, argv) = &dvms[k];
+                let before = busy_ms()?;
+                let t = Instant::now();
+                driver::timed(d, argv)?;
+                wall[k].push(t.elapsed().as_secs_f64() * 1000.0);
+                cpu[k].push(busy_ms()? - before);
+            }
+        }
+        driver::stop(&mut dvm_a)?;
+        driver::stop(&mut dvm_b)?;
+        Ok(summarize(n, &wall, &cpu))
+    })();
+    if r.is_err() {
+        // Whatever the DVMs left running goes with the clusters; their logs stay for a look.
+        dvm_a.cluster.destroy();
+        dvm_b.cluster.destroy();
+        return r;
+    }
+    driver::discard(dvm_a);
+    driver::discard(dvm_b);
+    r
+}
+
+/// The means of A's and B's figures and of their difference within each pair.
+fn summarize(nodes: usize, wall: &[Vec<f64>; 2], cpu: &[Vec<f64>; 2]) -> Paired {
+    let diffs =
+        |v: &[Vec<f64>; 2]| -> Vec<f64> { v[1].iter().zip(&v[0]).map(|(b, a)| b - a).collect() };
+    let (diff_ms, diff_se_ms) = mean_and_se(&diffs(wall));
+    let (cpu_diff_ms, cpu_diff_se_ms) = mean_and_se(&diffs(cpu));
+    Paired {
+        nodes,
+        pairs: wall[0].len().min(wall[1].len()),
+        a_ms: mean_and_se(&wall[0]).0,
+        b_ms: mean_and_se(&wall[1]).0,
+        diff_ms,
+        diff_se_ms,
+        a_cpu_ms: mean_and_se(&cpu[0]).0,
+        b_cpu_ms: mean_and_se(&cpu[1]).0,
+        cpu_diff_ms,
+        cpu_diff_se_ms,
+    }
+}
+
+/// The Markdown table of `rows`, A and B named.
+pub fn table(a: &str, b: &str, rows: &[Paired]) -> String {
+    let mut s = format!(
+        "| nodes | pairs | {a} ms | {b} ms | {b} − {a} ms | {b} / {a} | {a} CPU ms | {b} CPU ms | {b} − {a} CPU ms |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    for r in rows {
+        let ratio = crate::stats::ratio(r.b_ms, r.a_ms)
+            .map_or_else(|| "–".to_string(), |x| format!("{x:.3}×"));
+        s.push_str(&format!(
+            "| {} | {} | {:.2} | {:.2} | {:+.2} ± {:.2} | {ratio} | {:.1} | {:.1} | {:+.1} ± {:.1} |\n",
+            r.nodes,
+            r.pairs,
+            r.a_ms,
+            r.b_ms,
+            r.diff_ms,
+            r.diff_se_ms,
+            r.a_cpu_ms,
+            r.b_cpu_ms,
+            r.cpu_diff_ms,
+            r.cpu_diff_se_ms
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_difference_is_taken_within_its_pair() {
+        // B is 1 ms slower than A in every pair, while both drift by 10 ms: the pairs see
+        // exactly 1 ms, with no spread; the means alone would hide it in the drift.
+        let a: Vec<f64> = (0..6).map(|i| 20.0 + 10.0 * f64::from(i)).collect();
+        let b: Vec<f64> = a.iter().map(|x| x + 1.0).collect();
+        let p = summarize(32, &[a, b], &[vec![5.0, 7.0], vec![6.0, 10.0]]);
+        assert_eq!((p.diff_ms, p.diff_se_ms), (1.0, 0.0));
+        assert_eq!((p.a_ms, p.b_ms), (45.0, 46.0));
+        assert_eq!((p.cpu_diff_ms, p.cpu_diff_se_ms), (2.0, 1.0));
+        assert_eq!(p.pairs, 6);
+        let t = table("A", "B", &[p]);
+        assert!(
+            t.contains("| 32 | 6 | 45.00 | 46.00 | +1.00 ± 0.00 | 1.022× |"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_thread_kept_running_shows_in_the_machines_busy_time() {
+        // While this thread spins, some core is busy all the time (running it or whatever
+        // took its place): 200 ms of wall is at least that much busy time, less the two
+        // reads' tick.
+        let before = busy_ms().expect("/proc/stat");
+        let t = Instant::now();
+        while t.elapsed().as_millis() < 200 {
+            std::hint::black_box(0u64);
+        }
+        let busy = busy_ms().expect("/proc/stat") - before;
+        assert!(busy >= 150.0, "{busy} ms busy over 200 ms of spinning");
+    }
+}
