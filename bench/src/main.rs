@@ -323,9 +323,12 @@ fn run_pair(
     };
     let stamp = Stamp::now();
     let rows = pair::measure(&ra, &rb, backend, sizes, pairs, &mut |s| say(s))?;
-    let table = pair::table(&na, &nb, &rows);
+    let table = pair::table(&rows);
     let md = format!(
-        "### Jobs in pairs: {na} (A) and {nb} (B)\n\n         A job of one /bin/true per node on each of two DVMs held side by side ({backend:?} hosts,          radix {}), the two alternated; differences are B − A within each pair, ± their standard          error; CPU is the machine's busy time over a job.\n\n{table}\n_{}_\n",
+        "### Jobs in pairs: {na} (A) and {nb} (B)\n\n\
+         A job of one /bin/true per node on each of two DVMs held side by side ({backend:?} \
+         hosts, radix {}), the two alternated; differences are B − A within each pair, ± \
+         their standard error; CPU is the machine's busy time over a job.\n\n{table}\n_{}_\n",
         driver::RADIX,
         stamp.line()
     );
