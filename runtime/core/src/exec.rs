@@ -135,11 +135,6 @@ pub enum Input {
     /// Controller: these ranks became unreachable. Their shells are counted dead (finished
     /// by SIGKILL, released) and every job on them gets a fatal `node-failure` exception.
     Lost(IdSet),
-    /// Not the controller: these ranks below this daemon were lost (and reported up). A job
-    /// that reached this subtree only through them is forgotten here: the controller fails
-    /// it, but neither that exception nor the job's remove will pass through this daemon
-    /// any more, and a lost rank that rejoins below it must not hear of the job as running.
-    LostBelow(IdSet),
 }
 
 /// What the job shells of this daemon are to do; the daemon core passes these on to the
@@ -203,6 +198,12 @@ struct Job {
     /// The fatal exception that went down for this job, repeated to a child that says hello
     /// later (a restarted controller raises one before its children reconnect).
     fatal: Option<ExecDown>,
+    /// The child links its add or check went down. Its exceptions and its remove follow
+    /// them as well as the job's ranks: a rank dropped below a child (frozen, found silent)
+    /// takes the job out of that child's subtree, yet the daemons on the old path hold it,
+    /// and would otherwise hold it forever and tell the rank, if it came back below them,
+    /// that the job still runs.
+    down: BTreeSet<LinkId>,
 }
 
 /// See the module documentation.
@@ -359,7 +360,6 @@ impl JobExec {
                 data,
             } => self.output_up(id, proc, stream, data),
             Input::Lost(ranks) => self.on_lost(ranks),
-            Input::LostBelow(ranks) => self.on_lost_below(&ranks),
         }
         std::mem::take(&mut self.out)
     }
@@ -375,20 +375,41 @@ impl JobExec {
             .fold(IdSet::range(me, me), |s, (_, ids)| s.union(ids))
     }
 
-    /// Sends `msg` to every child whose subtree intersects `idset`.
-    fn fan_out(&mut self, idset: &IdSet, msg: &ExecDown) {
+    /// Sends `msg` to every child whose subtree intersects `idset`; the links it went to.
+    fn fan_out(&mut self, idset: &IdSet, msg: &ExecDown) -> Vec<LinkId> {
         let targets: Vec<LinkId> = self
             .children
             .iter()
             .filter(|(_, ids)| ids.intersects(idset))
             .map(|(l, _)| *l)
             .collect();
-        for link in targets {
+        self.send_down(&targets, msg);
+        targets
+    }
+
+    fn send_down(&mut self, links: &[LinkId], msg: &ExecDown) {
+        for &link in links {
             self.emit(Output::SendDown {
                 link,
                 msg: msg.clone(),
             });
         }
+    }
+
+    /// Sends job `id`'s `msg` to every child whose subtree intersects `idset` and along
+    /// every live link the job went down (see `Job::down`).
+    fn fan_out_job(&mut self, id: JobId, idset: &IdSet, msg: &ExecDown) {
+        let mut targets: BTreeSet<LinkId> = self
+            .children
+            .iter()
+            .filter(|(_, ids)| ids.intersects(idset))
+            .map(|(l, _)| *l)
+            .collect();
+        if let Some(j) = self.jobs.get(&id) {
+            targets.extend(j.down.iter().filter(|l| self.child_ranks.contains_key(l)));
+        }
+        let targets: Vec<LinkId> = targets.into_iter().collect();
+        self.send_down(&targets, msg);
     }
 
     fn on_uplink(&mut self, link: Option<LinkId>) {
@@ -496,6 +517,9 @@ impl JobExec {
         let links: BTreeSet<LinkId> = self.children.iter().map(|(l, _)| *l).collect();
         self.answered.retain(|l| links.contains(l));
         self.waiting.retain(|l| links.contains(l));
+        for j in self.jobs.values_mut() {
+            j.down.retain(|l| links.contains(l));
+        }
         let grown: Vec<(LinkId, IdSet)> = self
             .children
             .iter()
@@ -518,12 +542,8 @@ impl JobExec {
     }
 
     /// Sends `link` the data, a `check` and any fatal exception of every job that reaches
-    /// `ids`, even when there is none: as the hello's response (`hello`), or as a
-    /// `recheck` of ranks that joined the child's subtree later. Either names every job
-    /// this daemon knows there, so the child terminates what it holds that is not named: a
-    /// job that reached a rank while it was lost below here, failed by the controller,
-    /// whose exception and remove passed by before the rank came back.
-    fn tell_child(&mut self, link: LinkId, ids: &IdSet, hello: bool) {
+    /// `ids`; as the hello response (`always`) even when there is none.
+    fn tell_child(&mut self, link: LinkId, ids: &IdSet, always: bool) {
         let reach: Vec<JobId> = self
             .jobs
             .iter()
@@ -539,6 +559,9 @@ impl JobExec {
             .map(|(id, spec)| (*id, spec.placement.ranks(), spec.clone()))
             .filter(|(_, ranks, _)| ranks.intersects(ids))
             .collect();
+        if reach.is_empty() && pending.is_empty() && !always {
+            return;
+        }
         for (id, idset, spec) in pending {
             self.emit(Output::SendDown {
                 link,
@@ -549,7 +572,11 @@ impl JobExec {
         let mut jobs = Vec::new();
         let mut fatal = Vec::new();
         for id in reach {
-            let j = &self.jobs[&id];
+            let Some(j) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            j.down.insert(link);
+            let j = &*j;
             jobs.push(JobTuple(id, j.userid, UpdateType::Check, j.ranks.clone()));
             fatal.extend(j.fatal.clone());
             if let Some(spec) = j.spec.clone() {
@@ -560,13 +587,13 @@ impl JobExec {
                 });
             }
         }
-        let (idset, data) = (ids.clone(), Jobs { jobs });
-        let msg = if hello {
-            ExecDown::StateUpdate { idset, data }
-        } else {
-            ExecDown::Recheck { idset, data }
-        };
-        self.emit(Output::SendDown { link, msg });
+        self.emit(Output::SendDown {
+            link,
+            msg: ExecDown::StateUpdate {
+                idset: ids.clone(),
+                data: Jobs { jobs },
+            },
+        });
         for msg in fatal {
             self.emit(Output::SendDown { link, msg });
         }
@@ -595,24 +622,6 @@ impl JobExec {
                     }
                 }
             }
-            ExecDown::Recheck {
-                idset,
-                data: Jobs { jobs },
-            } => {
-                let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
-                let strays: Vec<JobId> = self
-                    .jobs
-                    .iter()
-                    .filter(|(id, j)| !named.contains(id) && j.ranks.intersects(&idset))
-                    .map(|(id, _)| *id)
-                    .collect();
-                for id in strays {
-                    self.stray(id);
-                }
-                for t in jobs {
-                    self.apply(t);
-                }
-            }
             ExecDown::JobInfo { idset, id, spec } => {
                 let m = ExecDown::JobInfo {
                     idset: idset.clone(),
@@ -620,9 +629,7 @@ impl JobExec {
                     spec: spec.clone(),
                 };
                 self.fan_out(&idset, &m);
-                if self.reaches(&idset) {
-                    self.infos.insert(id, spec);
-                }
+                self.infos.insert(id, spec);
             }
             ExecDown::BarrierDone { idset, id, seq } => {
                 let m = ExecDown::BarrierDone {
@@ -652,7 +659,7 @@ impl JobExec {
                     kind,
                     note,
                 };
-                self.fan_out(&idset, &m);
+                self.fan_out_job(id, &idset, &m);
                 if severity == 0 {
                     if let Some(j) = self.jobs.get_mut(&id) {
                         j.fatal = Some(m);
@@ -731,22 +738,23 @@ impl JobExec {
         self.strays.push_back(id);
         // The subtree below forgets it too, or it would hold the job forever: nobody above
         // will ever send its remove.
-        if let Some(j) = self.jobs.remove(&id) {
+        if let Some((ranks, userid)) = self.jobs.get(&id).map(|j| (j.ranks.clone(), j.userid)) {
             let kill = ExecDown::Exception {
-                idset: j.ranks.clone(),
+                idset: ranks.clone(),
                 id,
                 severity: 0,
                 kind: "exec".into(),
                 note: format!("job {id} is unknown upstream"),
             };
-            self.fan_out(&j.ranks, &kill);
+            self.fan_out_job(id, &ranks, &kill);
             let remove = ExecDown::StateUpdate {
-                idset: j.ranks.clone(),
+                idset: ranks.clone(),
                 data: Jobs {
-                    jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
+                    jobs: vec![JobTuple(id, userid, UpdateType::Remove, ranks.clone())],
                 },
             };
-            self.fan_out(&j.ranks, &remove);
+            self.fan_out_job(id, &ranks, &remove);
+            self.jobs.remove(&id);
         }
         self.infos.remove(&id);
     }
@@ -766,13 +774,13 @@ impl JobExec {
                 self.apply(JobTuple(id, userid, UpdateType::Check, idset))
             }
             UpdateType::Add => {
-                // An add that was on its way when the job's ranks were lost below here.
-                if self.jobs.contains_key(&id) || !self.reaches(&idset) {
+                if self.jobs.contains_key(&id) {
                     return;
                 }
-                self.fan_out(&idset, &fwd);
+                let down = self.fan_out(&idset, &fwd);
                 let spec = self.infos.get(&id).cloned();
                 let mut job = Job::new(userid, idset.clone(), spec.clone());
+                job.down.extend(down);
                 if idset.contains(self.me) {
                     match spec {
                         Some(spec) => {
@@ -789,19 +797,18 @@ impl JobExec {
                 self.jobs.insert(id, job);
             }
             UpdateType::Remove => {
-                self.fan_out(&idset, &fwd);
+                self.fan_out_job(id, &idset, &fwd);
                 self.jobs.remove(&id);
                 self.infos.remove(&id);
             }
             UpdateType::Check => {
-                self.fan_out(&idset, &fwd);
-                if !self.reaches(&idset) {
-                    return;
-                }
-                if !self.jobs.contains_key(&id) {
-                    let spec = self.infos.get(&id).cloned();
-                    self.jobs.insert(id, Job::new(userid, idset.clone(), spec));
-                }
+                let down = self.fan_out(&idset, &fwd);
+                let spec = self.infos.get(&id).cloned();
+                self.jobs
+                    .entry(id)
+                    .or_insert_with(|| Job::new(userid, idset.clone(), spec))
+                    .down
+                    .extend(down);
                 self.lost_if_absent(id);
                 // Whatever we knew before the new parent, it needs again.
                 self.progress(id);
@@ -985,35 +992,6 @@ impl JobExec {
             }
             self.progress(id);
         }
-    }
-
-    fn on_lost_below(&mut self, lost: &IdSet) {
-        if self.controller {
-            return;
-        }
-        // The child links still list them until the overlay's next topology update.
-        let left = self.subtree.difference(lost);
-        let gone: Vec<JobId> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| !j.ranks.intersects(&left))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in gone {
-            self.jobs.remove(&id);
-            self.infos.remove(&id);
-            self.emit(Output::Log(format!(
-                "job {id} ran below here only on lost rank(s) {lost}: forgotten here"
-            )));
-        }
-        self.infos
-            .retain(|_, spec| spec.placement.ranks().intersects(&left));
-    }
-
-    /// Whether a job on `ranks` is this daemon's to hold: anything on the controller,
-    /// elsewhere only what reaches its subtree (nothing else will ever be removed here).
-    fn reaches(&self, ranks: &IdSet) -> bool {
-        self.controller || ranks.intersects(&self.subtree)
     }
 
     fn output_up(&mut self, id: JobId, proc: u32, stream: Stream, data: Vec<u8>) {
@@ -1224,6 +1202,7 @@ impl Job {
             sent_release: IdSet::new(),
             reported_release: IdSet::new(),
             fatal: None,
+            down: BTreeSet::new(),
         }
     }
 }
@@ -1782,86 +1761,80 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_daemon_forgets_a_job_that_reached_it_only_through_lost_ranks_and_holds_no_late_add() {
-        // 0 -> 1, 2; 1 -> 3, 5. Job 3 runs on rank 3 alone, job 4 on ranks 3 to 5.
-        let mut s = Sim::new(7, 2);
-        s.submit(3, IdSet::range(3, 3));
-        s.submit(4, IdSet::range(3, 5));
-        // Rank 1 finds rank 3 silent: the controller fails job 3, but neither the exception
-        // nor the remove will pass through rank 1 (its subtree no longer reaches the job).
-        s.push(1, Input::LostBelow(IdSet::range(3, 3)));
-        s.push(1, Input::Children(vec![(5, 5, s.subtree(5))]));
-        s.run();
-        let held: Vec<JobId> = s.mods[1].jobs().map(|(id, _)| id).collect();
-        assert_eq!(held, vec![4], "{:?}", s.logs);
-        // Job 5's data and add and job 6's check, sent down before the loss reached rank 0,
-        // arrive after it.
-        let mut sp = spec();
-        sp.placement = Placement::new(1, vec![3], MapBy::Node);
-        let on3 = IdSet::range(3, 3);
-        s.push(
-            1,
-            Input::Down(ExecDown::JobInfo {
-                idset: on3.clone(),
-                id: 5,
-                spec: sp,
-            }),
-        );
-        s.push(
-            1,
-            Input::Down(ExecDown::StateUpdate {
-                idset: on3.clone(),
-                data: Jobs {
-                    jobs: vec![
-                        JobTuple(5, 1000, UpdateType::Add, on3.clone()),
-                        JobTuple(6, 1000, UpdateType::Check, on3),
-                    ],
-                },
-            }),
-        );
-        s.run();
-        let held: Vec<JobId> = s.mods[1].jobs().map(|(id, _)| id).collect();
-        assert_eq!(held, vec![4]);
-        assert!(s.mods[1].infos.keys().all(|id| *id != 5));
-        // Rank 3 comes back below rank 1: job 3 is not named to it, so it is terminated
-        // there; job 4 is still running and is checked.
-        let kids = vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))];
+    /// 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4 runs on rank 7 alone.
+    fn job_on_rank_7() -> Sim {
+        let mut s = Sim::new(8, 2);
+        let on7 = IdSet::range(7, 7);
+        s.submit(4, on7.clone());
+        s.each(&on7, |_| Input::ShellStarted { id: 4 });
+        s
+    }
+
+    /// Rank 3 finds rank 7 silent and drops it; the controller hears it lost.
+    fn rank_7_lost(s: &mut Sim) {
+        s.push(3, Input::Children(vec![]));
+        let kids = vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))];
         s.push(1, Input::Children(kids));
-        s.push(3, Input::Uplink(Some(1)));
+        let kids = vec![(1, 1, "1,3,5".parse().unwrap()), (2, 2, s.subtree(2))];
+        s.push(0, Input::Children(kids));
+        s.push(0, Input::Lost(IdSet::range(7, 7)));
         s.run();
-        assert!(s.killed.contains(&(3, 3, 9)), "{:?}", s.killed);
-        assert!(!s.killed.iter().any(|k| k.1 == 4), "{:?}", s.killed);
+    }
+
+    /// The job ended and no daemon still connected holds it.
+    fn held_nowhere(s: &Sim) {
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
+        // Rank 7 is cut off: what it holds is settled when it says hello again.
+        for (r, m) in s.mods.iter().enumerate().filter(|(r, _)| *r != 7) {
+            let held: Vec<JobId> = m.jobs().map(|(id, _)| id).collect();
+            assert!(
+                held.is_empty(),
+                "rank {r} still holds {held:?}: {:?}",
+                s.logs
+            );
+        }
     }
 
     #[test]
-    fn a_recheck_that_does_not_name_a_held_job_terminates_it_below() {
-        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7. Job 8 runs on rank 7 alone.
-        let mut s = Sim::new(8, 2);
-        let on7 = IdSet::range(7, 7);
-        s.submit(8, on7.clone());
-        s.each(&on7, |_| Input::ShellStarted { id: 8 });
-        // Rank 1 heard rank 7 lost (the controller fails the job) and forgot the job; rank 3
-        // took rank 7 back before the job's exception could pass through rank 1.
-        s.push(1, Input::LostBelow(on7.clone()));
-        s.push(
-            1,
-            Input::Children(vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))]),
-        );
-        s.run();
-        assert!(s.mods[1].jobs().next().is_none());
-        // Rank 1 hears rank 7 is below rank 3 again and rechecks it: no job there.
+    fn the_end_of_a_job_follows_the_links_its_add_went_down_after_its_rank_left_them() {
+        let mut s = job_on_rank_7();
+        rank_7_lost(&mut s);
+        held_nowhere(&s);
+    }
+
+    #[test]
+    fn the_end_of_a_job_follows_the_links_its_check_went_down() {
+        let mut s = job_on_rank_7();
+        // Rank 1 restarts: it learns of the job only from its hello's check list, and
+        // passes the check on to rank 3.
+        s.mods[1] = JobExec::new(1, false, s.tree);
         s.push(
             1,
             Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
         );
+        s.push(1, Input::Uplink(Some(0)));
         s.run();
-        assert!(s.killed.contains(&(7, 8, 9)), "{:?} {:?}", s.killed, s.logs);
-        for r in [3, 7] {
-            assert!(
-                s.mods[r].jobs().next().is_none(),
-                "rank {r} still holds job 8"
-            );
-        }
+        rank_7_lost(&mut s);
+        held_nowhere(&s);
+    }
+
+    #[test]
+    fn the_end_of_a_job_follows_a_link_that_heard_of_it_in_a_hello_answer() {
+        let mut s = job_on_rank_7();
+        // Rank 3's link to rank 1 breaks and comes back: rank 1 names the job in its answer.
+        s.push(1, Input::Children(vec![(5, 5, s.subtree(5))]));
+        s.run();
+        s.push(
+            1,
+            Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
+        );
+        s.push(3, Input::Uplink(Some(1)));
+        s.run();
+        rank_7_lost(&mut s);
+        held_nowhere(&s);
     }
 }

@@ -52,11 +52,6 @@ crate::tag_first! {
     pub enum ExecDown {
         /// RFC 33 `state-update`: `data.jobs` tuples.
         StateUpdate { idset: IdSet, data: Jobs },
-        /// The `check` tuples for ranks that joined a child's subtree after its hello was
-        /// answered (not in RFC 33, whose subtrees do not change). Like the hello's
-        /// response it names every job the parent knows on `idset`: a job held below that
-        /// reaches `idset` and is not named is unknown upstream and is terminated.
-        Recheck { idset: IdSet, data: Jobs },
         /// What a job runs; precedes its `add` (RFC 33 leaves job data to other services).
         JobInfo {
             idset: IdSet,

@@ -786,15 +786,15 @@ fn ended_and_held_nowhere(sim: &Sim) {
     }
 }
 
-/// Found by the freezes property, as it was before rechecks: rank 3 is frozen while a job
-/// is placed on rank 7, its child, which has given up on it and keeps dialing it. When rank 3
-/// thaws it drops rank 7 as lost, takes its new hello at once, and only then reads the job's
-/// add, which it passes on. Rank 1 had forgotten the job on hearing of the loss, so the
-/// controller's exception and remove stopped there, and nothing told ranks 3 and 7 the job
-/// was over. (The recheck that rank 1 now sends when rank 7 is below rank 3 again also
-/// shifts this run's timing; `exec`'s unit tests pin the recheck itself.)
+/// Found by the freezes property (with the end of a job still routed by the job's ranks
+/// alone): rank 3 is frozen while a job is placed on rank 7, its child, which has given up
+/// on it and keeps dialing it. When rank 3 thaws it drops rank 7 as lost, takes its new
+/// hello at once, and only then reads the job's add, which it passes on. The controller's
+/// exception and remove reached rank 1 before it knew rank 7 was below rank 3 again, so they
+/// stopped there, and ranks 3 and 7 ran and held the job for good. They now follow the
+/// links the job's add went down.
 #[test]
-fn a_job_added_below_a_thawed_daemon_after_its_rank_was_lost_is_terminated_by_the_recheck() {
+fn a_job_added_below_a_thawed_daemon_after_its_rank_was_lost_ends_there_too() {
     scenario_with_freezes(
         16,
         2,

@@ -149,14 +149,8 @@ impl Node {
             // Departing: its children are moving to its parent: their routes are not lost,
             // only moved, and their own reports from there say so. Stopped: its
             // confirmation went up, and its children are leaving after theirs.
-        } else {
-            let ids: IdSet = lost.iter().map(|l| l.rank).collect();
-            if !ids.is_empty() {
-                self.emit(Output::Exec(crate::exec::Input::LostBelow(ids)));
-            }
-            if let Some((up, _)) = self.up {
-                self.send(up, DaemonMsg::Lost { ranks: lost });
-            }
+        } else if let Some((up, _)) = self.up {
+            self.send(up, DaemonMsg::Lost { ranks: lost });
         }
         if self.departing && self.children.is_empty() {
             self.finish_depart();
