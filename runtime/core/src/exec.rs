@@ -198,8 +198,8 @@ struct Job {
     /// The fatal exception that went down for this job, repeated to a child that says hello
     /// later (a restarted controller raises one before its children reconnect).
     fatal: Option<ExecDown>,
-    /// The child links its add or check went down. Its exceptions and its remove follow
-    /// them as well as the job's ranks: a rank dropped below a child (frozen, found silent)
+    /// The child links its add, a check or a hello answer naming it went down. Its
+    /// exceptions and its remove from above follow them as well as the job's ranks: a rank dropped below a child (frozen, found silent)
     /// takes the job out of that child's subtree, yet the daemons on the old path hold it,
     /// and would otherwise hold it forever and tell the rank, if it came back below them,
     /// that the job still runs.
@@ -737,24 +737,26 @@ impl JobExec {
         }
         self.strays.push_back(id);
         // The subtree below forgets it too, or it would hold the job forever: nobody above
-        // will ever send its remove.
-        if let Some((ranks, userid)) = self.jobs.get(&id).map(|j| (j.ranks.clone(), j.userid)) {
+        // will ever send its remove. Only by the job's ranks, not along `Job::down`: a new
+        // parent's answer may be older than what a child below knows (a rank that re-homed
+        // to it since), and a job only this daemon's view calls a stray must not be killed
+        // there.
+        if let Some(j) = self.jobs.remove(&id) {
             let kill = ExecDown::Exception {
-                idset: ranks.clone(),
+                idset: j.ranks.clone(),
                 id,
                 severity: 0,
                 kind: "exec".into(),
                 note: format!("job {id} is unknown upstream"),
             };
-            self.fan_out_job(id, &ranks, &kill);
+            self.fan_out(&j.ranks, &kill);
             let remove = ExecDown::StateUpdate {
-                idset: ranks.clone(),
+                idset: j.ranks.clone(),
                 data: Jobs {
-                    jobs: vec![JobTuple(id, userid, UpdateType::Remove, ranks.clone())],
+                    jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
                 },
             };
-            self.fan_out_job(id, &ranks, &remove);
-            self.jobs.remove(&id);
+            self.fan_out(&j.ranks, &remove);
         }
         self.infos.remove(&id);
     }
