@@ -227,11 +227,6 @@ pub struct JobExec {
     waiting: BTreeSet<LinkId>,
     /// Children whose hello was answered: they hear of jobs that reach their subtree later.
     answered: BTreeSet<LinkId>,
-    /// Jobs added for a child whose hello is not answered yet. A state-update reaching it
-    /// then would be taken for the answer, and every job it runs that the update does not
-    /// name killed as a stray: the adds go down right after the answer instead (which does
-    /// not check them), and removes and checks not at all (the answer says it all).
-    held_adds: BTreeMap<LinkId, Vec<JobId>>,
     /// Jobs terminated here as unknown upstream (the most recent [`STRAYS_KEPT`]). A new
     /// parent may learn of such a job after it answered our hello: its later `add` must not
     /// start the job a second time.
@@ -259,7 +254,6 @@ impl JobExec {
             ready: false,
             waiting: BTreeSet::new(),
             answered: BTreeSet::new(),
-            held_adds: BTreeMap::new(),
             strays: VecDeque::new(),
             held: VecDeque::new(),
             held_bytes: 0,
@@ -383,18 +377,14 @@ impl JobExec {
 
     /// Sends `msg` to every child whose subtree intersects `idset`; the links it went to.
     fn fan_out(&mut self, idset: &IdSet, msg: &ExecDown) -> Vec<LinkId> {
-        let targets = self.targets(idset);
-        self.send_down(&targets, msg);
-        targets
-    }
-
-    /// The children whose subtrees intersect `idset`.
-    fn targets(&self, idset: &IdSet) -> Vec<LinkId> {
-        self.children
+        let targets: Vec<LinkId> = self
+            .children
             .iter()
             .filter(|(_, ids)| ids.intersects(idset))
             .map(|(l, _)| *l)
-            .collect()
+            .collect();
+        self.send_down(&targets, msg);
+        targets
     }
 
     fn send_down(&mut self, links: &[LinkId], msg: &ExecDown) {
@@ -409,12 +399,6 @@ impl JobExec {
     /// Sends job `id`'s `msg` to every child whose subtree intersects `idset` and along
     /// every live link the job went down (see `Job::down`).
     fn fan_out_job(&mut self, id: JobId, idset: &IdSet, msg: &ExecDown) {
-        let targets = self.job_targets(id, idset);
-        self.send_down(&targets, msg);
-    }
-
-    /// The children whose subtrees intersect `idset`, and the live links job `id` went down.
-    fn job_targets(&self, id: JobId, idset: &IdSet) -> Vec<LinkId> {
         let mut targets: BTreeSet<LinkId> = self
             .children
             .iter()
@@ -424,16 +408,8 @@ impl JobExec {
         if let Some(j) = self.jobs.get(&id) {
             targets.extend(j.down.iter().filter(|l| self.child_ranks.contains_key(l)));
         }
-        targets.into_iter().collect()
-    }
-
-    /// Sends a state-update to those of `targets` whose hello was answered; the others,
-    /// which would take it for the answer, are returned (see `held_adds`).
-    fn update_down(&mut self, targets: Vec<LinkId>, msg: &ExecDown) -> (Vec<LinkId>, Vec<LinkId>) {
-        let (answered, unanswered): (Vec<LinkId>, Vec<LinkId>) =
-            targets.into_iter().partition(|l| self.answered.contains(l));
-        self.send_down(&answered, msg);
-        (answered, unanswered)
+        let targets: Vec<LinkId> = targets.into_iter().collect();
+        self.send_down(&targets, msg);
     }
 
     fn on_uplink(&mut self, link: Option<LinkId>) {
@@ -528,28 +504,6 @@ impl JobExec {
         };
         self.answered.insert(link);
         self.tell_child(link, &ids, true);
-        for id in self.held_adds.remove(&link).unwrap_or_default() {
-            let Some(j) = self.jobs.get_mut(&id) else {
-                continue;
-            };
-            j.down.insert(link);
-            let (userid, idset, spec) = (j.userid, j.ranks.clone(), j.spec.clone());
-            if let Some(spec) = spec {
-                let msg = ExecDown::JobInfo {
-                    idset: idset.clone(),
-                    id,
-                    spec,
-                };
-                self.emit(Output::SendDown { link, msg });
-            }
-            let msg = ExecDown::StateUpdate {
-                idset: idset.clone(),
-                data: Jobs {
-                    jobs: vec![JobTuple(id, userid, UpdateType::Add, idset)],
-                },
-            };
-            self.emit(Output::SendDown { link, msg });
-        }
     }
 
     /// The child links changed. A child whose subtree grew after its hello was answered (a
@@ -563,7 +517,6 @@ impl JobExec {
         let links: BTreeSet<LinkId> = self.children.iter().map(|(l, _)| *l).collect();
         self.answered.retain(|l| links.contains(l));
         self.waiting.retain(|l| links.contains(l));
-        self.held_adds.retain(|l, _| links.contains(l));
         for j in self.jobs.values_mut() {
             j.down.retain(|l| links.contains(l));
         }
@@ -591,12 +544,10 @@ impl JobExec {
     /// Sends `link` the data, a `check` and any fatal exception of every job that reaches
     /// `ids`; as the hello response (`always`) even when there is none.
     fn tell_child(&mut self, link: LinkId, ids: &IdSet, always: bool) {
-        // Jobs whose add waits for this answer go down as adds after it, not as checks.
-        let held = self.held_adds.get(&link);
         let reach: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(id, j)| j.ranks.intersects(ids) && !held.is_some_and(|h| h.contains(id)))
+            .filter(|(_, j)| j.ranks.intersects(ids))
             .map(|(id, _)| *id)
             .collect();
         // Jobs whose data came and whose add has not: a child that joins in between must get
@@ -805,8 +756,7 @@ impl JobExec {
                     jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
                 },
             };
-            let targets = self.targets(&j.ranks);
-            self.update_down(targets, &remove);
+            self.fan_out(&j.ranks, &remove);
         }
         self.infos.remove(&id);
     }
@@ -829,10 +779,7 @@ impl JobExec {
                 if self.jobs.contains_key(&id) {
                     return;
                 }
-                let (down, unanswered) = self.update_down(self.targets(&idset), &fwd);
-                for link in unanswered {
-                    self.held_adds.entry(link).or_default().push(id);
-                }
+                let down = self.fan_out(&idset, &fwd);
                 let spec = self.infos.get(&id).cloned();
                 let mut job = Job::new(userid, idset.clone(), spec.clone());
                 job.down.extend(down);
@@ -852,14 +799,12 @@ impl JobExec {
                 self.jobs.insert(id, job);
             }
             UpdateType::Remove => {
-                // A child not answered yet hears nothing: an add held for it is dropped at
-                // the answer with the job gone.
-                self.update_down(self.job_targets(id, &idset), &fwd);
+                self.fan_out_job(id, &idset, &fwd);
                 self.jobs.remove(&id);
                 self.infos.remove(&id);
             }
             UpdateType::Check => {
-                let (down, _) = self.update_down(self.targets(&idset), &fwd);
+                let down = self.fan_out(&idset, &fwd);
                 let spec = self.infos.get(&id).cloned();
                 self.jobs
                     .entry(id)
@@ -1864,20 +1809,17 @@ mod tests {
     }
 
     #[test]
-    fn the_end_of_a_job_follows_the_links_a_restarted_daemon_answered_with_it() {
+    fn the_end_of_a_job_follows_the_links_its_check_went_down() {
         let mut s = job_on_rank_7();
-        // Rank 1 restarts: it learns of the job from its hello's answer, and names it in
-        // its answers to its children's hellos.
+        // Rank 1 restarts: it learns of the job only from its hello's check list, and
+        // passes the check on to rank 3.
         s.mods[1] = JobExec::new(1, false, s.tree);
         s.push(
             1,
             Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
         );
         s.push(1, Input::Uplink(Some(0)));
-        s.push(3, Input::Uplink(Some(1)));
-        s.push(5, Input::Uplink(Some(1)));
         s.run();
-        assert!(!s.killed.iter().any(|k| k.1 == 4), "{:?}", s.killed);
         rank_7_lost(&mut s);
         held_nowhere(&s);
     }
@@ -1896,55 +1838,5 @@ mod tests {
         s.run();
         rank_7_lost(&mut s);
         held_nowhere(&s);
-    }
-
-    #[test]
-    fn an_add_that_meets_a_childs_hello_on_the_way_goes_down_after_the_answer() {
-        // 0 -> 1, 2; 1 -> 3, 5. Job 4 runs on rank 3.
-        let mut s = Sim::new(7, 2);
-        s.submit(4, IdSet::range(3, 3));
-        s.each(&IdSet::range(3, 3), |_| Input::ShellStarted { id: 4 });
-        // Rank 3's link to rank 1 breaks and comes back; its hello is on its way when job 6's
-        // add and job 7's add and remove pass rank 1.
-        s.push(1, Input::Children(vec![(5, 5, s.subtree(5))]));
-        s.run();
-        s.push(
-            1,
-            Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
-        );
-        s.run();
-        let hello = s.mods[3].handle(Input::Uplink(Some(1)));
-        assert_eq!(hello, vec![Output::SendUp(ExecUp::Hello)]);
-        s.submit(6, IdSet::range(3, 3));
-        s.submit(7, IdSet::range(3, 3));
-        let on3 = IdSet::range(3, 3);
-        s.push(
-            0,
-            Input::Down(ExecDown::StateUpdate {
-                idset: on3.clone(),
-                data: Jobs {
-                    jobs: vec![JobTuple(7, 1000, UpdateType::Remove, on3)],
-                },
-            }),
-        );
-        s.run();
-        assert!(!s.launched.contains(&(3, 6)), "not before the answer");
-        s.push(
-            1,
-            Input::Up {
-                link: 3,
-                req: ExecUp::Hello,
-            },
-        );
-        s.run();
-        assert!(
-            !s.killed.iter().any(|k| k.1 == 4),
-            "{:?} {:?}",
-            s.killed,
-            s.logs
-        );
-        assert!(s.launched.contains(&(3, 6)), "{:?}", s.launched);
-        assert!(!s.launched.contains(&(3, 7)), "{:?}", s.launched);
-        assert!(s.logs.is_empty(), "{:?}", s.logs);
     }
 }
