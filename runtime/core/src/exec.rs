@@ -199,10 +199,10 @@ struct Job {
     /// later (a restarted controller raises one before its children reconnect).
     fatal: Option<ExecDown>,
     /// The child links its add, a check or a hello answer naming it went down. Its
-    /// exceptions and its remove from above follow them as well as the job's ranks: a rank dropped below a child (frozen, found silent)
-    /// takes the job out of that child's subtree, yet the daemons on the old path hold it,
-    /// and would otherwise hold it forever and tell the rank, if it came back below them,
-    /// that the job still runs.
+    /// exceptions and its remove from above follow them as well as the job's ranks: a rank
+    /// dropped below a child (frozen, found silent) takes the job out of that child's
+    /// subtree, yet the daemons on the old path hold it, and would otherwise hold it forever
+    /// and tell the rank, if it came back below them, that the job still runs.
     down: BTreeSet<LinkId>,
 }
 
