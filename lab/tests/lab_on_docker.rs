@@ -68,6 +68,9 @@ fn the_elastic_lab_on_docker_grows_onto_spares_parks_jobs_during_a_shrink_and_al
     common::elastic_commands_work(&dir, "docker");
 }
 
+/// The bridge `docker swarm init` makes for a node's containers; leaving keeps it.
+const GWBRIDGE: &str = "docker_gwbridge";
+
 const SWARM_TEST: &str =
     "the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm_as_found";
 
@@ -81,9 +84,12 @@ fn stdout(args: &[&str]) -> String {
         .to_string()
 }
 
-/// Leaves the swarm if the test made it, and removes the test's image tag.
+/// Leaves the swarm if the test made it (with the `docker_gwbridge` network its init made,
+/// which leaving keeps), and removes the test's image tag.
 struct SwarmAsFound {
     initialized: bool,
+    /// The engine had no `docker_gwbridge` before the test's `swarm init`.
+    made_gwbridge: bool,
     image: String,
 }
 
@@ -95,6 +101,15 @@ impl Drop for SwarmAsFound {
                 "left the swarm the test made: {}",
                 String::from_utf8_lossy(&o.stdout).trim()
             );
+            if self.made_gwbridge {
+                let o = docker_out(&["network", "rm", GWBRIDGE]);
+                if !o.status.success() {
+                    eprintln!(
+                        "LEAKED Docker network {GWBRIDGE}, made by the test's swarm init: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    );
+                }
+            }
         }
         let _ = docker_out(&["rmi", &self.image]);
     }
@@ -136,6 +151,9 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
     let pid = std::process::id();
     let image = format!("dvmlab-lab:swarm-test-{pid}");
     let state = stdout(&["info", "--format", "{{.Swarm.LocalNodeState}}"]);
+    let made_gwbridge = !docker_out(&["network", "inspect", GWBRIDGE])
+        .status
+        .success();
     let initialized = match state.as_str() {
         "inactive" => {
             let o = docker_out(&["swarm", "init", "--advertise-addr", "127.0.0.1"]);
@@ -151,6 +169,7 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
     };
     let _swarm = SwarmAsFound {
         initialized,
+        made_gwbridge: initialized && made_gwbridge,
         image: image.clone(),
     };
     let make = Command::new("make")
