@@ -72,9 +72,14 @@ pub fn measure(
     pairs: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<Vec<Paired>, String> {
+    if pairs < 2 {
+        return Err(format!(
+            "--pairs {pairs}: a standard error needs at least 2 pairs"
+        ));
+    }
     sizes
         .iter()
-        .map(|&n| size(a, b, backend, n, pairs.max(2), say))
+        .map(|&n| size(a, b, backend, n, pairs, say))
         .collect()
 }
 

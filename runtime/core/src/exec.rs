@@ -377,14 +377,18 @@ impl JobExec {
 
     /// Sends `msg` to every child whose subtree intersects `idset`; the links it went to.
     fn fan_out(&mut self, idset: &IdSet, msg: &ExecDown) -> Vec<LinkId> {
-        let targets: Vec<LinkId> = self
-            .children
+        let targets = self.targets(idset);
+        self.send_down(&targets, msg);
+        targets
+    }
+
+    /// The children whose subtrees intersect `idset`.
+    fn targets(&self, idset: &IdSet) -> Vec<LinkId> {
+        self.children
             .iter()
             .filter(|(_, ids)| ids.intersects(idset))
             .map(|(l, _)| *l)
-            .collect();
-        self.send_down(&targets, msg);
-        targets
+            .collect()
     }
 
     fn send_down(&mut self, links: &[LinkId], msg: &ExecDown) {
@@ -397,16 +401,11 @@ impl JobExec {
     }
 
     /// Sends job `id`'s `msg` to every child whose subtree intersects `idset` and along
-    /// every live link the job went down (see `Job::down`).
+    /// every link the job went down (see `Job::down`, which holds only live child links).
     fn fan_out_job(&mut self, id: JobId, idset: &IdSet, msg: &ExecDown) {
-        let mut targets: BTreeSet<LinkId> = self
-            .children
-            .iter()
-            .filter(|(_, ids)| ids.intersects(idset))
-            .map(|(l, _)| *l)
-            .collect();
+        let mut targets: BTreeSet<LinkId> = self.targets(idset).into_iter().collect();
         if let Some(j) = self.jobs.get(&id) {
-            targets.extend(j.down.iter().filter(|l| self.child_ranks.contains_key(l)));
+            targets.extend(&j.down);
         }
         let targets: Vec<LinkId> = targets.into_iter().collect();
         self.send_down(&targets, msg);

@@ -895,9 +895,9 @@ pub fn scenario_with_relays(
 /// One simulated run; see the properties in `tests/simulation.rs`. Job `i` is submitted by
 /// a tool on rank `relays[i] % n` (its requests relayed through the tree), or on the
 /// controller past the end of `relays`; it runs only on rank `pinned[i] % n` where that
-/// says so. Each of `freezes` (time, rank seed, length) stops
-/// a daemon without killing it, as SIGSTOP or a paused VM does: long enough, and its
-/// parent drops it as silent while its jobs still run there.
+/// says so. Each of `freezes` (time, rank seed, length) stops a daemon without killing it,
+/// as SIGSTOP or a paused VM does: long enough, and its parent drops it as silent while its
+/// jobs still run there.
 #[allow(clippy::too_many_arguments)]
 pub fn scenario_with_freezes(
     n: u32,
