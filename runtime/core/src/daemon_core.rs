@@ -302,8 +302,8 @@ impl DaemonCore {
                     }
                 }
                 Work::Exec(i) => {
-                    if let exec::Input::Uplink(up) = &i {
-                        self.up = *up;
+                    if let exec::Input::Uplink { link, .. } = &i {
+                        self.up = *link;
                     }
                     for o in self.exec.handle(i) {
                         self.exec_output(now, o, &mut work);

@@ -16,7 +16,7 @@ use dvmlab_proto::idset::IdSet;
 use dvmlab_proto::wire::Stream;
 
 pub use dvmlab_proto::exec::{
-    Counters, ExecDown, ExecUp, JobId, JobSpec, JobTuple, Jobs, UpdateType,
+    Counters, ExecDown, ExecUp, JobId, JobSpec, JobTuple, Jobs, UpdateType, ANSWER_MARKED,
 };
 
 /// How many terminated strays a daemon remembers (see `JobExec::strays`).
@@ -56,8 +56,12 @@ pub enum Input {
     /// The daemon's child links: each one's child rank and the ranks reachable behind it
     /// (the child included).
     Children(Vec<(LinkId, Rank, IdSet)>),
-    /// A new upward link (or none): the hello starts over.
-    Uplink(Option<LinkId>),
+    /// A new upward link (or none): the hello starts over. `version` is the protocol
+    /// version spoken on it (whether the parent marks its answer).
+    Uplink {
+        link: Option<LinkId>,
+        version: u32,
+    },
     Down(ExecDown),
     Up {
         link: LinkId,
@@ -220,6 +224,9 @@ pub struct JobExec {
     /// The child rank on each child link.
     child_ranks: BTreeMap<LinkId, Rank>,
     up: Option<LinkId>,
+    /// The parent marks the state-update that answers our hello; an older one does not,
+    /// and its first state-update is taken for the answer.
+    up_marks_answer: bool,
     /// The initial hello response came from upstream (or, on the controller, the job
     /// manager said which jobs run).
     ready: bool,
@@ -251,6 +258,7 @@ impl JobExec {
             subtree: IdSet::range(me, me),
             child_ranks: BTreeMap::new(),
             up: None,
+            up_marks_answer: true,
             ready: false,
             waiting: BTreeSet::new(),
             answered: BTreeSet::new(),
@@ -273,7 +281,7 @@ impl JobExec {
     pub fn handle(&mut self, input: Input) -> Vec<Output> {
         match input {
             Input::Children(c) => self.on_children(c),
-            Input::Uplink(link) => self.on_uplink(link),
+            Input::Uplink { link, version } => self.on_uplink(link, version),
             Input::Down(msg) => self.on_down(msg),
             Input::Up { link, req } => self.on_up(link, req),
             Input::Submit {
@@ -294,6 +302,7 @@ impl JobExec {
                         data: Jobs {
                             jobs: vec![JobTuple(id, userid, UpdateType::Add, ranks)],
                         },
+                        answer: false,
                     });
                 }
             }
@@ -411,8 +420,9 @@ impl JobExec {
         self.send_down(&targets, msg);
     }
 
-    fn on_uplink(&mut self, link: Option<LinkId>) {
+    fn on_uplink(&mut self, link: Option<LinkId>, version: u32) {
         self.up = link;
+        self.up_marks_answer = version >= ANSWER_MARKED;
         if self.controller {
             return;
         }
@@ -591,6 +601,7 @@ impl JobExec {
             msg: ExecDown::StateUpdate {
                 idset: ids.clone(),
                 data: Jobs { jobs },
+                answer: always,
             },
         });
         for msg in fatal {
@@ -604,8 +615,13 @@ impl JobExec {
             ExecDown::StateUpdate {
                 idset: _,
                 data: Jobs { jobs },
+                answer,
             } => {
-                let initial = !self.ready;
+                // What comes before the answer (an add that passed the parent while our
+                // hello travelled, a check it passed on from its own answer) is applied as
+                // it comes: taken for the answer, it would make strays of every job it
+                // does not name.
+                let initial = !self.ready && (answer || !self.up_marks_answer);
                 if initial {
                     self.initial_check(&jobs);
                 }
@@ -754,6 +770,7 @@ impl JobExec {
                 data: Jobs {
                     jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
                 },
+                answer: false,
             };
             self.fan_out(&j.ranks, &remove);
         }
@@ -767,6 +784,7 @@ impl JobExec {
             data: Jobs {
                 jobs: vec![JobTuple(id, userid, kind, idset.clone())],
             },
+            answer: false,
         };
         match kind {
             // A job this daemon already terminated as a stray is not started again: it is
@@ -1171,6 +1189,7 @@ impl JobExec {
                         data: Jobs {
                             jobs: vec![JobTuple(id, userid, UpdateType::Remove, ranks)],
                         },
+                        answer: false,
                     });
                     return;
                 }
@@ -1230,6 +1249,14 @@ mod tests {
         logs: Vec<(Rank, String)>,
     }
 
+    /// A new upward link to a parent of this build.
+    fn uplink(link: Option<LinkId>) -> Input {
+        Input::Uplink {
+            link,
+            version: dvmlab_proto::wire::VERSION,
+        }
+    }
+
     fn spec() -> JobSpec {
         JobSpec {
             argv: vec!["true".into()],
@@ -1266,7 +1293,7 @@ mod tests {
             }
             s.push(0, Input::Recovered(vec![]));
             for r in 1..size {
-                s.push(r, Input::Uplink(s.tree.parent(r).map(LinkId::from)));
+                s.push(r, uplink(s.tree.parent(r).map(LinkId::from)));
             }
             s.run();
             s
@@ -1499,8 +1526,8 @@ mod tests {
             Input::Recovered(vec![(9, 1000, IdSet::range(1, 2), spec())]),
         );
         // Both children say hello again, as after a controller restart; neither runs job 9.
-        s.push(1, Input::Uplink(Some(0)));
-        s.push(2, Input::Uplink(Some(0)));
+        s.push(1, uplink(Some(0)));
+        s.push(2, uplink(Some(0)));
         s.run();
         let exceptions = s
             .events
@@ -1521,7 +1548,7 @@ mod tests {
         let kids = vec![(1, 1, IdSet::range(1, 1)), (2, 2, IdSet::range(2, 2))];
         s.push(0, Input::Children(kids));
         s.push(0, Input::Recovered(vec![]));
-        s.push(2, Input::Uplink(Some(0)));
+        s.push(2, uplink(Some(0)));
         s.run();
         assert!(s.killed.contains(&(2, 5, 9)), "{:?}", s.killed);
         assert!(s.logs.iter().any(|(r, l)| *r == 2 && l.contains("job 5")));
@@ -1543,8 +1570,8 @@ mod tests {
         let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
         s.push(0, Input::Children(kids));
         s.push(0, Input::Recovered(vec![(11, 1000, ranks.clone(), spec())]));
-        s.push(1, Input::Uplink(Some(0)));
-        s.push(2, Input::Uplink(Some(0)));
+        s.push(1, uplink(Some(0)));
+        s.push(2, uplink(Some(0)));
         s.run();
         assert_eq!(s.launched.len(), 6, "nothing launched again");
         assert_eq!(
@@ -1577,8 +1604,8 @@ mod tests {
         s.push(0, Input::Recovered(vec![(12, 1000, ranks.clone(), spec())]));
         let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
         s.push(0, Input::Children(kids));
-        s.push(1, Input::Uplink(Some(0)));
-        s.push(2, Input::Uplink(Some(0)));
+        s.push(1, uplink(Some(0)));
+        s.push(2, uplink(Some(0)));
         s.run();
         assert!(
             s.events.iter().any(|e| matches!(
@@ -1614,7 +1641,7 @@ mod tests {
     fn hello_responses_wait_for_the_upstream_hello() {
         let mut m = JobExec::new(1, false, RadixTree::new(2, 4));
         m.handle(Input::Children(vec![(3, 3, IdSet::range(3, 3))]));
-        m.handle(Input::Uplink(Some(0)));
+        m.handle(uplink(Some(0)));
         let out = m.handle(Input::Up {
             link: 3,
             req: ExecUp::Hello,
@@ -1626,13 +1653,14 @@ mod tests {
         let out = m.handle(Input::Down(ExecDown::StateUpdate {
             idset: IdSet::range(1, 3),
             data: Jobs { jobs: vec![] },
+            answer: true,
         }));
         assert!(
             out.iter().any(|o| matches!(
                 o,
                 Output::SendDown {
                     link: 3,
-                    msg: ExecDown::StateUpdate { .. }
+                    msg: ExecDown::StateUpdate { answer: true, .. }
                 }
             )),
             "{out:?}"
@@ -1710,9 +1738,9 @@ mod tests {
         s.push(0, Input::Recovered(vec![(2, 1000, ranks.clone(), spec())]));
         s.push(2, Input::Children(vec![(5, 5, s.subtree(5))]));
         for r in [1, 2, 3] {
-            s.push(r, Input::Uplink(Some(0)));
+            s.push(r, uplink(Some(0)));
         }
-        s.push(5, Input::Uplink(Some(2)));
+        s.push(5, uplink(Some(2)));
         s.run();
         assert!(
             s.events
@@ -1740,10 +1768,10 @@ mod tests {
         s.each(&ranks, |_| Input::ShellStarted { id: 3 });
         // Rank 2 restarts with no children yet; rank 5 (its child) comes back later.
         s.mods[2] = JobExec::new(2, false, s.tree);
-        s.push(2, Input::Uplink(Some(0)));
+        s.push(2, uplink(Some(0)));
         s.run();
         s.push(2, Input::Children(vec![(5, 5, s.subtree(5))]));
-        s.push(5, Input::Uplink(Some(2)));
+        s.push(5, uplink(Some(2)));
         s.run();
         let live: IdSet = "1,3-6".parse().unwrap();
         s.each(&live, |_| Input::ShellExited { id: 3, status: 0 });
@@ -1817,7 +1845,7 @@ mod tests {
             1,
             Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
         );
-        s.push(1, Input::Uplink(Some(0)));
+        s.push(1, uplink(Some(0)));
         s.run();
         rank_7_lost(&mut s);
         held_nowhere(&s);
@@ -1833,9 +1861,97 @@ mod tests {
             1,
             Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
         );
-        s.push(3, Input::Uplink(Some(1)));
+        s.push(3, uplink(Some(1)));
         s.run();
         rank_7_lost(&mut s);
         held_nowhere(&s);
+    }
+
+    /// 0 -> 1, 2; 1 -> 3, 5. Job 4 runs on rank 3, whose link to rank 1 breaks and comes
+    /// back (as when it re-homes in a shrink, its jobs kept): the link is there, its hello
+    /// not yet sent.
+    fn rank_3_relinked_with_job_4() -> Sim {
+        let mut s = Sim::new(7, 2);
+        let on3 = IdSet::range(3, 3);
+        s.submit(4, on3.clone());
+        s.each(&on3, |_| Input::ShellStarted { id: 4 });
+        s.push(1, Input::Children(vec![(5, 5, s.subtree(5))]));
+        s.run();
+        s.push(
+            1,
+            Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
+        );
+        s.run();
+        s
+    }
+
+    #[test]
+    fn an_add_that_meets_a_childs_hello_on_the_way_runs_and_kills_nothing() {
+        let mut s = rank_3_relinked_with_job_4();
+        let hello = s.mods[3].handle(uplink(Some(1)));
+        assert_eq!(hello, vec![Output::SendUp(ExecUp::Hello)]);
+        // Job 6's add passes rank 1 while the hello travels.
+        let on3 = IdSet::range(3, 3);
+        s.submit(6, on3.clone());
+        assert!(s.launched.contains(&(3, 6)), "{:?}", s.launched);
+        s.push(
+            1,
+            Input::Up {
+                link: 3,
+                req: ExecUp::Hello,
+            },
+        );
+        s.run();
+        assert!(s.killed.is_empty(), "{:?} {:?}", s.killed, s.logs);
+        assert!(s.logs.is_empty(), "{:?}", s.logs);
+        s.each(&on3, |_| Input::ShellStarted { id: 6 });
+        for id in [4, 6] {
+            s.each(&on3, |_| Input::ShellExited { id, status: 0 });
+            s.each(&on3, |_| Input::EpilogDone { id });
+        }
+        for id in [4, 6] {
+            assert!(
+                s.events.contains(&JobEvent::Finished { id, status: 0 }),
+                "{:?}",
+                s.events
+            );
+        }
+        assert!(
+            !s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Exception { .. })),
+            "{:?}",
+            s.events
+        );
+        assert_eq!(s.launched.len(), 2, "{:?}", s.launched);
+    }
+
+    #[test]
+    fn a_child_takes_an_unmarked_state_update_for_the_answer_only_under_an_older_parent() {
+        let unmarked = || {
+            Input::Down(ExecDown::StateUpdate {
+                idset: IdSet::range(3, 3),
+                data: Jobs {
+                    jobs: vec![JobTuple(4, 1000, UpdateType::Check, IdSet::range(3, 3))],
+                },
+                answer: false,
+            })
+        };
+        // The check of job 4 is the whole answer: rank 3 tells its new parent job 4 started.
+        let started = Output::SendUp(ExecUp::Start {
+            id: 4,
+            ranks: IdSet::range(3, 3),
+        });
+        let mut s = rank_3_relinked_with_job_4();
+        let old = Input::Uplink {
+            link: Some(1),
+            version: ANSWER_MARKED - 1,
+        };
+        s.mods[3].handle(old);
+        assert_eq!(s.mods[3].handle(unmarked()), vec![started.clone()]);
+
+        let mut s = rank_3_relinked_with_job_4();
+        s.mods[3].handle(uplink(Some(1)));
+        assert_eq!(s.mods[3].handle(unmarked()), vec![]);
     }
 }

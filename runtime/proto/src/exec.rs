@@ -7,6 +7,15 @@ use crate::idset::IdSet;
 use crate::placement::Placement;
 use crate::wire::{base64_bytes, Stream};
 
+/// The first protocol version whose parents mark the state-update that answers a hello
+/// (`ExecDown::StateUpdate::answer`); under an older parent a child takes the first
+/// state-update it gets for the answer.
+pub const ANSWER_MARKED: u32 = 5;
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// A job's number, given by the controller's job manager.
 pub type JobId = u64;
 
@@ -50,8 +59,17 @@ crate::tag_first! {
     #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
     #[serde(rename_all = "kebab-case")]
     pub enum ExecDown {
-        /// RFC 33 `state-update`: `data.jobs` tuples.
-        StateUpdate { idset: IdSet, data: Jobs },
+        /// RFC 33 `state-update`: `data.jobs` tuples. `answer` marks the one that answers
+        /// the child's hello (from protocol version [`ANSWER_MARKED`]): an `add` that
+        /// passed the parent while the hello travelled may come first, and the child kills
+        /// the jobs it runs that only the answer leaves out. Absent on the wire when false,
+        /// so an older daemon reads every state-update as it did.
+        StateUpdate {
+            idset: IdSet,
+            data: Jobs,
+            #[serde(default, skip_serializing_if = "is_false")]
+            answer: bool,
+        },
         /// What a job runs; precedes its `add` (RFC 33 leaves job data to other services).
         JobInfo {
             idset: IdSet,
@@ -155,6 +173,7 @@ mod tests {
             data: Jobs {
                 jobs: vec![JobTuple(42, 1000, UpdateType::Check, IdSet::range(1, 2))],
             },
+            answer: false,
         };
         let j = serde_json::to_string(&m).unwrap();
         assert_eq!(
@@ -162,5 +181,30 @@ mod tests {
             r#"{"type":"state-update","idset":"0-3","data":{"jobs":[[42,1000,"check","1-2"]]}}"#
         );
         assert_eq!(serde_json::from_str::<ExecDown>(&j).unwrap(), m);
+    }
+
+    /// A daemon of version 4 has no `answer` field: it must read the marked answer as the
+    /// state-update it always was, and the field must not appear on any other.
+    #[test]
+    fn the_answer_mark_is_a_field_older_readers_skip() {
+        let answer = ExecDown::StateUpdate {
+            idset: IdSet::range(3, 4),
+            data: Jobs { jobs: vec![] },
+            answer: true,
+        };
+        let j = serde_json::to_string(&answer).unwrap();
+        assert_eq!(
+            j,
+            r#"{"type":"state-update","idset":"3-4","data":{"jobs":[]},"answer":true}"#
+        );
+        assert_eq!(serde_json::from_str::<ExecDown>(&j).unwrap(), answer);
+
+        #[derive(Deserialize)]
+        #[serde(tag = "type", rename_all = "kebab-case")]
+        enum Version4 {
+            StateUpdate { idset: IdSet, data: Jobs },
+        }
+        let Version4::StateUpdate { idset, data } = serde_json::from_str(&j).unwrap();
+        assert_eq!((idset, data), (IdSet::range(3, 4), Jobs { jobs: vec![] }));
     }
 }

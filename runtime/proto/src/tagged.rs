@@ -270,6 +270,12 @@ mod tests {
                 data: Jobs {
                     jobs: vec![JobTuple(7, 0, UpdateType::Add, IdSet::range(1, 3))],
                 },
+                answer: false,
+            }),
+            down(ExecDown::StateUpdate {
+                idset: IdSet::range(2, 2),
+                data: Jobs { jobs: vec![] },
+                answer: true,
             }),
             Frame::Daemon(DaemonMsg::ExecUp {
                 req: ExecUp::Finish {

@@ -28,7 +28,8 @@ pub const MIN_VERSION: u32 = 1;
 /// Version 3: tools on any daemon, their requests relayed through the tree.
 /// Version 4: a stop confirmation is acknowledged (`StopAcked`); a stopping daemon that
 /// loses its parent before that confirms to the controller directly.
-pub const VERSION: u32 = 4;
+/// Version 5: the state-update answering a job-exec hello is marked (`answer`).
+pub const VERSION: u32 = 5;
 /// Capability bits this build has (none are defined yet; a peer ignores bits it does not
 /// know, and each side uses a capability only when both have it).
 pub const CAPS: u64 = 0;

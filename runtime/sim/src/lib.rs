@@ -92,6 +92,17 @@ pub enum Ev {
         rank: Rank,
         ms: u64,
     },
+    /// The tool on link `TOOL` asks the controller to shrink the DVM by the host of `rank`.
+    Shrink {
+        rank: Rank,
+    },
+    /// What the shell of incarnation `life` of `rank` feeds its core on its own: a
+    /// campaign's timeout, a release component done (dropped if that daemon has died since).
+    Core {
+        rank: Rank,
+        life: u64,
+        input: CoreInput,
+    },
 }
 
 /// A job as the tool that submitted it saw it.
@@ -102,6 +113,9 @@ pub struct ToolView {
     pub id: Option<JobId>,
     pub refused: Option<String>,
     pub ended: u32,
+    /// How it ended: the greatest wait status, and its first exception if any.
+    pub status: Option<i32>,
+    pub exception: Option<String>,
     pub run_ms: u64,
     /// Its connection ended: the daemon closed it (with an error reply saying why) or died.
     pub closed: bool,
@@ -244,7 +258,8 @@ impl Sim {
                 .iter()
                 .filter(|m| m.state == MemberState::Joined)
                 .count() as u32;
-            if s.joined != wired || s.formed != (wired == s.expected) {
+            // An elastic DVM stays formed while a member departs.
+            if s.joined != wired || (!s.elastic && s.formed != (wired == s.expected)) {
                 broken.push(format!("controller's status disagrees with itself: {s:?}"));
             }
         }
@@ -311,7 +326,18 @@ impl Sim {
         match reply {
             ToolReply::Submitted { id, .. } => t.id = Some(id),
             ToolReply::Error { message } => t.refused = Some(message),
-            ToolReply::JobEnded { .. } => t.ended += 1,
+            // A job that never launched (its hosts left the DVM while it waited) ends
+            // without having been placed: its end is where the tool learns its number.
+            ToolReply::JobEnded {
+                id,
+                status,
+                exception,
+            } => {
+                t.id.get_or_insert(id);
+                t.ended += 1;
+                t.status = Some(status);
+                t.exception = exception;
+            }
             _ => {}
         }
     }
@@ -471,7 +497,23 @@ impl Sim {
                 );
             }
             Output::SetTimer {
-                timer: Timer::JobLimit(_) | Timer::Campaign(_),
+                timer: Timer::Campaign(id),
+                delay,
+            } => {
+                let t = self.now + delay.as_millis() as u64;
+                let life = self.life[r as usize];
+                let input = CoreInput::CampaignTimeout(id);
+                self.at(
+                    t,
+                    Ev::Core {
+                        rank: r,
+                        life,
+                        input,
+                    },
+                );
+            }
+            Output::SetTimer {
+                timer: Timer::JobLimit(_),
                 ..
             } => {}
             Output::Shell(ShellCommand::Launch { id, .. }) => {
@@ -508,11 +550,31 @@ impl Sim {
             Output::Shell(ShellCommand::BarrierDone { .. } | ShellCommand::Stdin { .. })
             | Output::Persist(_)
             | Output::JobState { .. } => {}
-            // This simulation's DVM is fixed-size: nothing is launched or released (the
-            // elastic controller is model-checked in `elastic_model`).
+            // A release component has nothing to do here: it is done at once.
+            Output::Release {
+                campaign,
+                component,
+                ..
+            } => {
+                let t = self.now + 1;
+                let life = self.life[r as usize];
+                let input = CoreInput::ReleaseDone {
+                    campaign,
+                    component,
+                };
+                self.at(
+                    t,
+                    Ev::Core {
+                        rank: r,
+                        life,
+                        input,
+                    },
+                );
+            }
+            // This simulation's DVM only shrinks (see `Sim::make_elastic`): nothing is
+            // launched (grows are model-checked in `elastic_model`).
             Output::Launch { .. }
             | Output::KillLaunch { .. }
-            | Output::Release { .. }
             | Output::CheckHosts { .. }
             | Output::PersistMembership(_) => {}
             Output::Log(l) | Output::Info(l) => {
@@ -552,6 +614,7 @@ impl Sim {
             Ev::Timer { rank, .. } => (*rank, true),
             Ev::Input(r, _) => (*r, false),
             Ev::Shell { rank, .. } => (*rank, false),
+            Ev::Core { rank, input, .. } => (*rank, matches!(input, CoreInput::CampaignTimeout(_))),
             _ => return false,
         };
         let until = self.stalled_until[rank as usize];
@@ -619,6 +682,27 @@ impl Sim {
         };
         let req = ToolRequest::Submit { job };
         self.feed(at, Input::Tool { link, req });
+    }
+
+    /// The controller runs campaigns from now on (an elastic DVM, no release components).
+    pub fn make_elastic(&mut self) {
+        let radix = self.cfg[0].tree.radix();
+        let config = dvmlab_core::campaign::Config {
+            radix,
+            timeout: Duration::from_secs(10),
+            components: vec![],
+            fault: None,
+        };
+        if let Some(c) = self.nodes.get_mut(&0) {
+            c.configure_controller(Some(config), None);
+        }
+    }
+
+    /// The tool on link `TOOL` (hello said) asks the controller to shrink the DVM by
+    /// `hosts`; its answers land in `tool_replies`.
+    pub fn shrink(&mut self, hosts: Vec<String>) {
+        let req = ToolRequest::Shrink { hosts, wait: true };
+        self.feed(0, Input::Tool { link: TOOL, req });
     }
 
     /// The tool on link `TOOL` says hello to the controller.
@@ -759,6 +843,12 @@ impl Sim {
                 Ev::Timer { rank, life, timer } => {
                     if self.life[rank as usize] == life {
                         self.feed(rank, Input::Timer(timer));
+                    }
+                }
+                Ev::Shrink { rank } => self.shrink(vec![format!("h{rank}")]),
+                Ev::Core { rank, life, input } => {
+                    if self.life[rank as usize] == life {
+                        self.feed_core(rank, input);
                     }
                 }
                 Ev::Stall { rank, ms } => {
@@ -955,26 +1045,7 @@ pub fn scenario_with_freezes(
         );
     }
     sim.run_until(60_000);
-    if let Some(v) = &sim.violation {
-        return Err(TestCaseError::fail(v.clone()));
-    }
-    // Every tool heard its job end exactly once (killed by a node failure or not), or lost
-    // its connection with the daemon it was on (which said why, if it lived): none is left
-    // waiting. No daemon still holds a job.
-    for (link, t) in &sim.tools {
-        if t.closed {
-            continue;
-        }
-        if t.id.is_some() {
-            prop_assert_eq!(t.ended, 1, "tool {}: {:?}", link, t);
-        } else {
-            prop_assert!(t.refused.is_some(), "tool {}: no answer: {:?}", link, t);
-        }
-    }
-    for (r, c) in &sim.nodes {
-        let left: Vec<JobId> = c.jobs().map(|(id, _)| id).collect();
-        prop_assert!(left.is_empty(), "rank {} still holds jobs {:?}", r, left);
-    }
+    answered_and_held_nowhere(&sim)?;
     // The chaos is over: the network calms down (no more spikes) while the DVM settles.
     for l in &mut sim.latency {
         *l = (*l).min(8);
@@ -1028,4 +1099,99 @@ pub fn scenario_with_freezes(
     }
     sim.tool_replies.clear();
     sim.stop_cleanly().map_err(TestCaseError::fail)
+}
+
+/// No invariant broke. Every tool heard its job end exactly once (killed by a node failure
+/// or not), was refused, or lost its connection with the daemon it was on (which said why,
+/// if it lived): none is left waiting. No daemon still running holds a job (one that left
+/// took its own along).
+fn answered_and_held_nowhere(sim: &Sim) -> Result<(), TestCaseError> {
+    if let Some(v) = &sim.violation {
+        return Err(TestCaseError::fail(v.clone()));
+    }
+    for (link, t) in &sim.tools {
+        if t.closed {
+            continue;
+        }
+        if t.id.is_some() {
+            prop_assert_eq!(t.ended, 1, "tool {}: {:?}", link, t);
+        } else {
+            prop_assert!(t.refused.is_some(), "tool {}: no answer: {:?}", link, t);
+        }
+    }
+    for (r, c) in sim.nodes.iter().filter(|(r, _)| sim.alive[**r as usize]) {
+        let left: Vec<JobId> = c.jobs().map(|(id, _)| id).collect();
+        prop_assert!(left.is_empty(), "rank {} still holds jobs {:?}", r, left);
+    }
+    Ok(())
+}
+
+/// One simulated elastic run: `n` daemons form, the controller turns elastic, and from 3 s
+/// on jobs arrive (`(time, nprocs, run ms, pinned to this rank's host)`) while daemons are
+/// shrunk away (`(time, rank)`); no job is pinned to a rank being shrunk (it would end
+/// unplaced once that host left, as it should). A shrink takes only ranks that run no job,
+/// and jobs submitted meanwhile wait for it: no job may fail, every tool hears its job end
+/// once, no daemon still holds a job, every shrunk daemon has left, and the rest are joined.
+pub fn scenario_with_shrinks(
+    n: u32,
+    radix: u32,
+    latency: Vec<u64>,
+    jobs: Vec<(u64, Option<u32>, u64, Option<u32>)>,
+    shrinks: Vec<(u64, u32)>,
+) -> Result<(), TestCaseError> {
+    let mut sim = Sim::new(n, radix, Some(1000 * MS), latency);
+    for r in 0..n {
+        sim.at(0, Ev::Boot(r));
+    }
+    sim.run_until(3_000);
+    prop_assert!(
+        sim.nodes[&0].node().formed(),
+        "{:?}",
+        sim.nodes[&0].status()
+    );
+    sim.make_elastic();
+    sim.tool_hello();
+    let mut targets = BTreeSet::new();
+    for (t, seed) in shrinks {
+        let rank = 1 + seed % (n - 1);
+        targets.insert(rank);
+        sim.at(3_000 + t, Ev::Shrink { rank });
+    }
+    for (t, nprocs, run_ms, on) in jobs {
+        // The controller runs no jobs.
+        let on = on.map(|r| 1 + r % (n - 1)).filter(|r| !targets.contains(r));
+        sim.at(
+            3_000 + t,
+            Ev::Submit {
+                at: 0,
+                nprocs,
+                run_ms,
+                on,
+            },
+        );
+    }
+    sim.run_until(60_000);
+    answered_and_held_nowhere(&sim)?;
+    for (link, t) in sim.tools.iter().filter(|(_, t)| t.ended > 0) {
+        prop_assert!(
+            t.exception.is_none() && t.status == Some(0),
+            "tool {}: its job failed: {:?}",
+            link,
+            t
+        );
+    }
+    let status = sim.nodes[&0].status();
+    prop_assert!(status.campaigns.is_empty(), "{:?}", status);
+    for m in &status.members {
+        if m.state == MemberState::Departed {
+            prop_assert!(
+                sim.exited[m.rank as usize],
+                "rank {} departed, still runs",
+                m.rank
+            );
+        } else {
+            prop_assert_eq!(m.state, MemberState::Joined, "{:?}", status);
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,10 @@
 //! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
 //! jobs, and every minimal failing case it found, kept as a named test.
 
-use dvmlab_sim::{scenario, scenario_with_freezes, scenario_with_relays, Ev, Sim};
+use dvmlab_proto::wire::ToolReply;
+use dvmlab_sim::{
+    scenario, scenario_with_freezes, scenario_with_relays, scenario_with_shrinks, Ev, Sim, ToolView,
+};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -852,4 +855,77 @@ fn daemons_above_a_rank_lost_for_good_forget_its_only_job() {
     );
     sim.run_until(20_000);
     ended_and_held_nowhere(&sim);
+}
+
+/// An elastic shrink while jobs keep arriving. Rank 2 of a 6-daemon DVM (radix 2) leaves;
+/// its only child, rank 4, re-homes to the controller and keeps its job, which runs
+/// throughout. Jobs submitted meanwhile are held until rank 4 reports in, and their adds
+/// then go down to it right behind that report, before the controller reads rank 4's
+/// job-exec hello. Rank 4 took the first of those adds for its hello's answer and killed
+/// its running job as a stray, which then failed; it now waits for the marked answer.
+#[test]
+fn a_job_on_the_child_of_a_departing_daemon_survives_a_shrink_with_jobs_arriving() {
+    let mut sim = Sim::formed(6, 2);
+    sim.submit(0, Some(1), Some(vec!["h4".into()]), 60_000);
+    sim.run_until(3_100);
+    let long = sim.tools.values().find_map(|t| t.id).expect("job accepted");
+    assert!(sim.running.contains_key(&(4, long)), "{:?}", sim.running);
+    sim.make_elastic();
+    sim.tool_hello();
+    sim.shrink(vec!["h2".into()]);
+    for _ in 0..20 {
+        sim.submit(0, Some(1), Some(vec!["h4".into()]), 20);
+        sim.run_until(sim.now + 2);
+    }
+    sim.run_until(sim.now + 5_000);
+    assert!(sim.violation.is_none(), "{:?}", sim.violation);
+    assert!(
+        sim.tool_replies
+            .iter()
+            .any(|r| matches!(r, ToolReply::CampaignEnded { .. })),
+        "the shrink did not end: {:?}",
+        sim.tool_replies
+    );
+    assert!(sim.exited[2], "rank 2 did not leave");
+    assert!(
+        sim.running.contains_key(&(4, long)),
+        "job {long} no longer runs on rank 4: {:#?}",
+        sim.tools
+    );
+    let failed: Vec<&ToolView> = sim
+        .tools
+        .values()
+        .filter(|t| t.exception.is_some() || t.status.is_some_and(|s| s != 0))
+        .collect();
+    assert!(failed.is_empty(), "jobs failed: {failed:#?}");
+    let ended = sim.tools.values().filter(|t| t.ended == 1).count();
+    assert_eq!(ended, 20, "{:#?}", sim.tools);
+}
+
+proptest! {
+    #![proptest_config(sim_config())]
+    /// An elastic DVM shrinks (one to three daemons, interior ones included, most often a
+    /// child of the controller) while jobs keep arriving, most of them pinned to one rank.
+    /// Jobs and shrinks come in the same few bursts, so jobs often wait for a shrink to end
+    /// and then go to a daemon that has just re-homed, with its earlier jobs still running.
+    #[test]
+    fn shrinks_while_jobs_arrive_fail_no_job(
+        n in 3u32..30,
+        radix in 2u32..4,
+        latency in proptest::collection::vec(0u64..8, 16),
+        jobs in proptest::collection::vec(
+            ((0u64..8, 0u64..40), proptest::option::of(1u32..40), 0u64..4_000,
+             prop_oneof![3 => (1u32..30).prop_map(Some), 1 => Just(None)]),
+            1..16,
+        ),
+        shrinks in proptest::collection::vec(
+            ((0u64..6, 0u64..40), prop_oneof![3 => 0u32..3, 1 => 0u32..30]),
+            1..4,
+        ),
+    ) {
+        let burst = |(slot, offset): (u64, u64)| slot * 1_000 + offset;
+        let jobs = jobs.into_iter().map(|(t, nprocs, run_ms, on)| (burst(t), nprocs, run_ms, on));
+        let shrinks = shrinks.into_iter().map(|(t, rank)| (burst(t), rank));
+        scenario_with_shrinks(n, radix, latency, jobs.collect(), shrinks.collect())?;
+    }
 }

@@ -528,7 +528,10 @@ impl Node {
         let up = self.up.map(|(l, _)| l);
         if up != self.exec_up {
             self.exec_up = up;
-            self.emit(Output::Exec(crate::exec::Input::Uplink(up)));
+            self.emit(Output::Exec(crate::exec::Input::Uplink {
+                link: up,
+                version: self.up_version,
+            }));
         }
     }
 
