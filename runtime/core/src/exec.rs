@@ -1902,14 +1902,19 @@ mod tests {
             },
         );
         s.run();
+        s.each(&on3, |_| Input::ShellStarted { id: 6 });
+        none_killed_and_each_ends_well(&mut s, &on3, [4, 6]);
+        assert_eq!(s.launched.len(), 2, "{:?}", s.launched);
+    }
+
+    /// Nothing was killed or logged, and each of `jobs` (running on `ranks`) finishes with
+    /// status 0 and no exception once its shells exit.
+    fn none_killed_and_each_ends_well(s: &mut Sim, ranks: &IdSet, jobs: [JobId; 2]) {
         assert!(s.killed.is_empty(), "{:?} {:?}", s.killed, s.logs);
         assert!(s.logs.is_empty(), "{:?}", s.logs);
-        s.each(&on3, |_| Input::ShellStarted { id: 6 });
-        for id in [4, 6] {
-            s.each(&on3, |_| Input::ShellExited { id, status: 0 });
-            s.each(&on3, |_| Input::EpilogDone { id });
-        }
-        for id in [4, 6] {
+        for id in jobs {
+            s.each(ranks, |_| Input::ShellExited { id, status: 0 });
+            s.each(ranks, |_| Input::EpilogDone { id });
             assert!(
                 s.events.contains(&JobEvent::Finished { id, status: 0 }),
                 "{:?}",
@@ -1923,7 +1928,6 @@ mod tests {
             "{:?}",
             s.events
         );
-        assert_eq!(s.launched.len(), 2, "{:?}", s.launched);
     }
 
     #[test]
@@ -1953,5 +1957,22 @@ mod tests {
         let mut s = rank_3_relinked_with_job_4();
         s.mods[3].handle(uplink(Some(1)));
         assert_eq!(s.mods[3].handle(unmarked()), vec![]);
+    }
+
+    #[test]
+    fn checks_a_waiting_parent_passes_on_from_its_answer_make_no_strays_below() {
+        // 0 -> 1, 2; 1 -> 3, 5. Jobs 10 and 11 run on rank 3.
+        let mut s = Sim::new(7, 2);
+        let on3 = IdSet::range(3, 3);
+        for id in [10, 11] {
+            s.submit(id, on3.clone());
+            s.each(&on3, |_| Input::ShellStarted { id });
+        }
+        // Ranks 1 and 3 both re-link: rank 3's hello waits at rank 1 for rank 1's own
+        // answer, whose checks rank 1 passes on one job at a time before it answers rank 3.
+        s.push(1, uplink(Some(0)));
+        s.push(3, uplink(Some(1)));
+        s.run();
+        none_killed_and_each_ends_well(&mut s, &on3, [10, 11]);
     }
 }

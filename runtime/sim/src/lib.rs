@@ -258,8 +258,18 @@ impl Sim {
                 .iter()
                 .filter(|m| m.state == MemberState::Joined)
                 .count() as u32;
-            // An elastic DVM stays formed while a member departs.
-            if s.joined != wired || (!s.elastic && s.formed != (wired == s.expected)) {
+            // An elastic DVM stays formed while a member departs and after it left.
+            let formed = if s.elastic {
+                s.members.iter().all(|m| {
+                    matches!(
+                        m.state,
+                        MemberState::Joined | MemberState::Departing | MemberState::Departed
+                    )
+                })
+            } else {
+                wired == s.expected
+            };
+            if s.joined != wired || s.formed != formed {
                 broken.push(format!("controller's status disagrees with itself: {s:?}"));
             }
         }
@@ -684,13 +694,14 @@ impl Sim {
         self.feed(at, Input::Tool { link, req });
     }
 
-    /// The controller runs campaigns from now on (an elastic DVM, no release components).
+    /// The controller runs campaigns from now on (an elastic DVM whose one release
+    /// component is done at once).
     pub fn make_elastic(&mut self) {
         let radix = self.cfg[0].tree.radix();
         let config = dvmlab_core::campaign::Config {
             radix,
             timeout: Duration::from_secs(10),
-            components: vec![],
+            components: vec!["sim".into()],
             fault: None,
         };
         if let Some(c) = self.nodes.get_mut(&0) {
