@@ -244,6 +244,11 @@ pub struct JobExec {
     dropped_bytes: usize,
     jobs: BTreeMap<JobId, Job>,
     infos: BTreeMap<JobId, JobSpec>,
+    /// The child links a job's data went down (live ones only, as `Job::down`): its
+    /// exceptions and its remove follow them too. A child that got the data and, the
+    /// subtrees having changed in between, not the add would otherwise keep the data
+    /// forever.
+    info_down: BTreeMap<JobId, BTreeSet<LinkId>>,
     pub counters: Counters,
     out: Vec<Output>,
 }
@@ -268,6 +273,7 @@ impl JobExec {
             dropped_bytes: 0,
             jobs: BTreeMap::new(),
             infos: BTreeMap::new(),
+            info_down: BTreeMap::new(),
             counters: Counters::default(),
             out: Vec::new(),
         }
@@ -410,14 +416,23 @@ impl JobExec {
     }
 
     /// Sends job `id`'s `msg` to every child whose subtree intersects `idset` and along
-    /// every link the job went down (see `Job::down`, which holds only live child links).
+    /// every link the job (or only its data) went down (see `Job::down` and `info_down`,
+    /// which hold only live child links).
     fn fan_out_job(&mut self, id: JobId, idset: &IdSet, msg: &ExecDown) {
         let mut targets: BTreeSet<LinkId> = self.targets(idset).into_iter().collect();
         if let Some(j) = self.jobs.get(&id) {
             targets.extend(&j.down);
         }
+        targets.extend(self.info_down.get(&id).into_iter().flatten());
         let targets: Vec<LinkId> = targets.into_iter().collect();
         self.send_down(&targets, msg);
+    }
+
+    /// Job `id`'s data went down `links`: its end is to follow them (see `info_down`).
+    fn went_down(&mut self, id: JobId, links: Vec<LinkId>) {
+        if !links.is_empty() {
+            self.info_down.entry(id).or_default().extend(links);
+        }
     }
 
     fn on_uplink(&mut self, link: Option<LinkId>, version: u32) {
@@ -459,6 +474,14 @@ impl JobExec {
     /// daemon): raise an exception, and count the shell ended, killed, so the job can end.
     fn lost_if_absent(&mut self, id: JobId) {
         let me = self.me;
+        self.absent(id, format!("job {id} is not running on rank {me}"));
+    }
+
+    /// Job `id` has no shell here and will have none (`note` says why): raises a fatal
+    /// exception and counts the shell ended, killed, so the job can end. Nothing if the job
+    /// does not run here or has a shell.
+    fn absent(&mut self, id: JobId, note: String) {
+        let me = self.me;
         let absent = self
             .jobs
             .get(&id)
@@ -466,12 +489,7 @@ impl JobExec {
         if !absent {
             return;
         }
-        self.raise_up(
-            id,
-            0,
-            "exec".into(),
-            format!("job {id} is not running on rank {me}"),
-        );
+        self.raise_up(id, 0, "exec".into(), note);
         if let Some(j) = self.jobs.get_mut(&id) {
             j.shell = Some(Shell::Released);
             j.started.insert(me);
@@ -529,6 +547,10 @@ impl JobExec {
         for j in self.jobs.values_mut() {
             j.down.retain(|l| links.contains(l));
         }
+        for down in self.info_down.values_mut() {
+            down.retain(|l| links.contains(l));
+        }
+        self.info_down.retain(|_, down| !down.is_empty());
         let grown: Vec<(LinkId, IdSet)> = self
             .children
             .iter()
@@ -572,6 +594,7 @@ impl JobExec {
             return;
         }
         for (id, idset, spec) in pending {
+            self.went_down(id, vec![link]);
             self.emit(Output::SendDown {
                 link,
                 msg: ExecDown::JobInfo { idset, id, spec },
@@ -643,7 +666,8 @@ impl JobExec {
                     id,
                     spec: spec.clone(),
                 };
-                self.fan_out(&idset, &m);
+                let down = self.fan_out(&idset, &m);
+                self.went_down(id, down);
                 self.infos.insert(id, spec);
             }
             ExecDown::BarrierDone { idset, id, seq } => {
@@ -752,10 +776,11 @@ impl JobExec {
         }
         self.strays.push_back(id);
         // The subtree below forgets it too, or it would hold the job forever: nobody above
-        // will ever send its remove. Only by the job's ranks, not along `Job::down`: a new
-        // parent's answer may be older than what a child below knows (a rank that re-homed
-        // to it since), and a job only this daemon's view calls a stray must not be killed
-        // there.
+        // will ever send its remove. From here only by the job's ranks, not along the links
+        // it went down (the daemons below follow their own, as for any end from above): a
+        // new parent's answer may be older than what a child below knows (a rank that
+        // re-homed to it since), and a job only this daemon's view calls a stray must not
+        // be killed there.
         if let Some(j) = self.jobs.remove(&id) {
             let kill = ExecDown::Exception {
                 idset: j.ranks.clone(),
@@ -775,6 +800,7 @@ impl JobExec {
             self.fan_out(&j.ranks, &remove);
         }
         self.infos.remove(&id);
+        self.info_down.remove(&id);
     }
 
     /// Applies one `state-update` tuple (RFC 33, "add", "remove", "check").
@@ -808,7 +834,9 @@ impl JobExec {
                         }
                         None => {
                             self.jobs.insert(id, job);
-                            self.raise_up(id, 0, "exec".into(), "no job data for an add".into());
+                            let me = self.me;
+                            self.absent(id, format!("no job data for an add on rank {me}"));
+                            self.progress(id);
                             return;
                         }
                     }
@@ -819,6 +847,7 @@ impl JobExec {
                 self.fan_out_job(id, &idset, &fwd);
                 self.jobs.remove(&id);
                 self.infos.remove(&id);
+                self.info_down.remove(&id);
             }
             UpdateType::Check => {
                 let down = self.fan_out(&idset, &fwd);
@@ -1310,37 +1339,47 @@ mod tests {
         }
 
         fn run(&mut self) {
-            while let Some((r, input)) = self.queue.pop_front() {
-                for o in self.mods[r as usize].handle(input) {
-                    match o {
-                        Output::SendDown { link, msg } => self.push(link as Rank, Input::Down(msg)),
-                        Output::SendUp(req) => {
-                            if let Some(p) = self.tree.parent(r) {
-                                self.push(
-                                    p,
-                                    Input::Up {
-                                        link: r.into(),
-                                        req,
-                                    },
-                                );
-                            }
+            while self.step() {}
+        }
+
+        /// Handles the next queued input; false when there was none.
+        fn step(&mut self) -> bool {
+            let Some((r, input)) = self.queue.pop_front() else {
+                return false;
+            };
+            self.deliver(r, input);
+            true
+        }
+
+        /// Rank `r` handles `input` now, ahead of the queue; what it sends is queued.
+        fn deliver(&mut self, r: Rank, input: Input) {
+            for o in self.mods[r as usize].handle(input) {
+                match o {
+                    Output::SendDown { link, msg } => self.push(link as Rank, Input::Down(msg)),
+                    Output::SendUp(req) => {
+                        if let Some(p) = self.tree.parent(r) {
+                            self.push(
+                                p,
+                                Input::Up {
+                                    link: r.into(),
+                                    req,
+                                },
+                            );
                         }
-                        Output::Shell(ShellCommand::Launch { id, .. }) => {
-                            self.launched.push((r, id))
-                        }
-                        Output::Shell(ShellCommand::Kill { id, signal }) => {
-                            self.killed.push((r, id, signal))
-                        }
-                        Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
-                            self.barrier_done.push((r, id, seq))
-                        }
-                        Output::Shell(ShellCommand::Epilog { id }) => self.epilogs.push((r, id)),
-                        Output::Shell(ShellCommand::Stdin { id, data, eof }) => {
-                            self.stdin.push((r, id, data, eof))
-                        }
-                        Output::Event(e) => self.events.push(e),
-                        Output::Log(l) => self.logs.push((r, l)),
                     }
+                    Output::Shell(ShellCommand::Launch { id, .. }) => self.launched.push((r, id)),
+                    Output::Shell(ShellCommand::Kill { id, signal }) => {
+                        self.killed.push((r, id, signal))
+                    }
+                    Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
+                        self.barrier_done.push((r, id, seq))
+                    }
+                    Output::Shell(ShellCommand::Epilog { id }) => self.epilogs.push((r, id)),
+                    Output::Shell(ShellCommand::Stdin { id, data, eof }) => {
+                        self.stdin.push((r, id, data, eof))
+                    }
+                    Output::Event(e) => self.events.push(e),
+                    Output::Log(l) => self.logs.push((r, l)),
                 }
             }
         }
@@ -1974,5 +2013,80 @@ mod tests {
         s.push(3, uplink(Some(1)));
         s.run();
         none_killed_and_each_ends_well(&mut s, &on3, [10, 11]);
+    }
+
+    #[test]
+    fn the_end_of_a_job_follows_the_links_only_its_data_went_down() {
+        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7. Job 4 is for rank 7 alone.
+        let mut s = Sim::new(8, 2);
+        let on7 = IdSet::range(7, 7);
+        s.push(
+            0,
+            Input::Submit {
+                id: 4,
+                userid: 1000,
+                ranks: on7.clone(),
+                spec: spec(),
+            },
+        );
+        // The controller sends the job's data and its add; rank 1 passes the data on to
+        // rank 3.
+        s.step();
+        s.step();
+        // Rank 3 finds rank 7 silent before it reads the data and before rank 1 reads the
+        // add, which then reaches no child: rank 3 holds the data of a job it never hears
+        // of.
+        s.deliver(3, Input::Children(vec![]));
+        let kids = vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))];
+        s.deliver(1, Input::Children(kids));
+        s.run();
+        assert!(s.mods[3].infos.contains_key(&4));
+        assert!(!s.mods[3].jobs.contains_key(&4));
+        s.push(0, Input::Lost(on7));
+        s.run();
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
+        for (r, m) in s.mods.iter().enumerate() {
+            assert!(m.jobs.is_empty() && m.infos.is_empty(), "rank {r}");
+            assert!(m.info_down.is_empty(), "rank {r}: {:?}", m.info_down);
+        }
+    }
+
+    #[test]
+    fn an_add_without_its_data_fails_the_job_and_the_job_still_ends() {
+        // 0 -> 1, 2. Job 9 is for rank 2 alone, whose copy of the job's data is lost.
+        let mut s = Sim::new(3, 2);
+        s.push(
+            0,
+            Input::Submit {
+                id: 9,
+                userid: 1000,
+                ranks: IdSet::range(2, 2),
+                spec: spec(),
+            },
+        );
+        s.step();
+        assert!(matches!(
+            s.queue.pop_front(),
+            Some((2, Input::Down(ExecDown::JobInfo { .. })))
+        ));
+        s.run();
+        assert!(s.launched.is_empty(), "{:?}", s.launched);
+        assert!(
+            s.events.iter().any(|e| matches!(
+                e,
+                JobEvent::Exception { note, .. } if note.contains("no job data")
+            )),
+            "{:?}",
+            s.events
+        );
+        assert!(
+            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
+            "{:?}",
+            s.events
+        );
     }
 }

@@ -617,9 +617,11 @@ impl Sim {
         }
     }
 
-    /// Puts event `idx` back to when its daemon runs again, if that daemon is stalled:
-    /// timers at the end of the stall, everything else just after (in the order it came).
-    fn defer_if_stalled(&mut self, idx: usize) -> bool {
+    /// Puts event `idx` (queued as `seq`) back to when its daemon runs again, if that
+    /// daemon is stalled: timers at the end of the stall, everything else just after. An
+    /// input due at the very end waits too, and each keeps its place in the queue, so what
+    /// a link delivers stays in the order it was sent.
+    fn defer_if_stalled(&mut self, seq: u64, idx: usize) -> bool {
         let (rank, timer) = match &self.events[idx] {
             Ev::Timer { rank, .. } => (*rank, true),
             Ev::Input(r, _) => (*r, false),
@@ -628,12 +630,12 @@ impl Sim {
             _ => return false,
         };
         let until = self.stalled_until[rank as usize];
-        if self.now >= until {
+        let stalled = until > 0 && (self.now < until || (!timer && self.now == until));
+        if !stalled {
             return false;
         }
         let t = if timer { until } else { until + 1 };
-        self.seq += 1;
-        self.queue.push(Reverse((t, self.seq, idx)));
+        self.queue.push(Reverse((t, seq, idx)));
         true
     }
 
@@ -801,13 +803,13 @@ impl Sim {
 
     /// Runs every event up to time `end` (ms), checking the invariants after each.
     pub fn run_until(&mut self, end: u64) {
-        while let Some(Reverse((t, _, idx))) = self.queue.peek().copied() {
+        while let Some(Reverse((t, seq, idx))) = self.queue.peek().copied() {
             if t > end {
                 break;
             }
             self.queue.pop();
             self.now = t;
-            if self.defer_if_stalled(idx) {
+            if self.defer_if_stalled(seq, idx) {
                 continue;
             }
             match self.events[idx].clone() {
