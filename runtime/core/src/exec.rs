@@ -249,6 +249,10 @@ pub struct JobExec {
     /// subtrees having changed in between, not the add would otherwise keep the data
     /// forever.
     info_down: BTreeMap<JobId, BTreeSet<LinkId>>,
+    /// Data of jobs not added here that came before the upward link last changed: the
+    /// hello's answer keeps what it names or the new parent sends again, and drops the
+    /// rest (jobs that ended while this daemon was cut off, whose remove it never got).
+    stale_data: BTreeSet<JobId>,
     pub counters: Counters,
     out: Vec<Output>,
 }
@@ -274,6 +278,7 @@ impl JobExec {
             jobs: BTreeMap::new(),
             infos: BTreeMap::new(),
             info_down: BTreeMap::new(),
+            stale_data: BTreeSet::new(),
             counters: Counters::default(),
             out: Vec::new(),
         }
@@ -443,6 +448,12 @@ impl JobExec {
         }
         // A new parent knows nothing of what we sent the old one.
         self.ready = false;
+        self.stale_data = self
+            .infos
+            .keys()
+            .filter(|id| !self.jobs.contains_key(id))
+            .copied()
+            .collect();
         for j in self.jobs.values_mut() {
             j.sent_start = IdSet::new();
             j.sent_finish = IdSet::new();
@@ -669,6 +680,7 @@ impl JobExec {
                 let down = self.fan_out(&idset, &m);
                 self.went_down(id, down);
                 self.infos.insert(id, spec);
+                self.stale_data.remove(&id);
             }
             ExecDown::BarrierDone { idset, id, seq } => {
                 let m = ExecDown::BarrierDone {
@@ -752,7 +764,8 @@ impl JobExec {
         }
     }
 
-    /// Before the first check list is applied: local jobs it does not name are strays.
+    /// Before the first check list is applied: local jobs it does not name are strays, and
+    /// data from before the new parent that it neither names nor sent again is dropped.
     fn initial_check(&mut self, jobs: &[JobTuple]) {
         let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
         let strays: Vec<JobId> = self
@@ -763,6 +776,12 @@ impl JobExec {
             .collect();
         for id in strays {
             self.stray(id);
+        }
+        for id in std::mem::take(&mut self.stale_data) {
+            if !named.contains(&id) && !self.jobs.contains_key(&id) {
+                self.infos.remove(&id);
+                self.info_down.remove(&id);
+            }
         }
     }
 
@@ -2015,24 +2034,31 @@ mod tests {
         none_killed_and_each_ends_well(&mut s, &on3, [10, 11]);
     }
 
-    #[test]
-    fn the_end_of_a_job_follows_the_links_only_its_data_went_down() {
-        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7. Job 4 is for rank 7 alone.
+    /// 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4, for rank 7 alone, is submitted and the first
+    /// `steps` inputs that follow are handled.
+    fn job_4_for_rank_7_after(steps: usize) -> Sim {
         let mut s = Sim::new(8, 2);
-        let on7 = IdSet::range(7, 7);
         s.push(
             0,
             Input::Submit {
                 id: 4,
                 userid: 1000,
-                ranks: on7.clone(),
+                ranks: IdSet::range(7, 7),
                 spec: spec(),
             },
         );
+        for _ in 0..steps {
+            s.step();
+        }
+        s
+    }
+
+    #[test]
+    fn the_end_of_a_job_follows_the_links_only_its_data_went_down() {
         // The controller sends the job's data and its add; rank 1 passes the data on to
         // rank 3.
-        s.step();
-        s.step();
+        let mut s = job_4_for_rank_7_after(2);
+        let on7 = IdSet::range(7, 7);
         // Rank 3 finds rank 7 silent before it reads the data and before rank 1 reads the
         // add, which then reaches no child: rank 3 holds the data of a job it never hears
         // of.
@@ -2088,5 +2114,49 @@ mod tests {
             "{:?}",
             s.events
         );
+    }
+
+    #[test]
+    fn a_daemon_cut_off_with_only_a_jobs_data_drops_it_when_it_rejoins() {
+        // The data and the add reach rank 3, which passes the data on to rank 7 and then
+        // finds rank 7 silent before it reads the add.
+        let mut s = job_4_for_rank_7_after(4);
+        s.deliver(3, Input::Children(vec![]));
+        s.run();
+        assert!(s.mods[7].infos.contains_key(&4));
+        rank_7_lost(&mut s);
+        held_nowhere(&s);
+        // Rank 7 comes back below rank 3: the answer to its hello no longer names job 4.
+        s.deliver(3, Input::Children(vec![(7, 7, IdSet::range(7, 7))]));
+        s.deliver(7, uplink(Some(3)));
+        s.run();
+        assert!(s.mods[7].infos.is_empty(), "{:?}", s.mods[7].infos.keys());
+        assert!(s.mods[7].stale_data.is_empty());
+    }
+
+    #[test]
+    fn data_a_new_parent_sends_again_before_its_answer_is_kept() {
+        let mut s = job_4_for_rank_7_after(4);
+        // Rank 3 has the data, its add waits; rank 7 reads the data, then its link to
+        // rank 3 comes back. Rank 3 sends the data again with its answer.
+        let add = s.queue.pop_front();
+        assert!(matches!(
+            add,
+            Some((3, Input::Down(ExecDown::StateUpdate { .. })))
+        ));
+        s.step();
+        s.deliver(7, uplink(Some(3)));
+        s.run();
+        assert!(s.mods[7].infos.contains_key(&4));
+        let (r, input) = add.expect("rank 3's add was queued");
+        s.deliver(r, input);
+        s.run();
+        assert!(
+            s.launched.contains(&(7, 4)),
+            "{:?} {:?}",
+            s.launched,
+            s.events
+        );
+        assert!(s.events.is_empty(), "{:?}", s.events);
     }
 }
