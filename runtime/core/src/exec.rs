@@ -250,8 +250,9 @@ pub struct JobExec {
     /// forever.
     info_down: BTreeMap<JobId, BTreeSet<LinkId>>,
     /// Data of jobs not added here that came before the upward link last changed: the
-    /// hello's answer keeps what it names or the new parent sends again, and drops the
-    /// rest (jobs that ended while this daemon was cut off, whose remove it never got).
+    /// hello's answer from a parent of version 5 keeps what it names or the parent sends
+    /// again, and drops the rest (jobs that ended while this daemon was cut off, whose
+    /// remove it never got). Under an older parent it is kept.
     stale_data: BTreeSet<JobId>,
     pub counters: Counters,
     out: Vec<Output>,
@@ -777,7 +778,10 @@ impl JobExec {
         for id in strays {
             self.stray(id);
         }
-        for id in std::mem::take(&mut self.stale_data) {
+        // Only a parent of version 5 sends data again before its answer (an older one may
+        // not at all), and only its answer is surely the answer, not another job's add.
+        let stale = std::mem::take(&mut self.stale_data);
+        for id in stale.into_iter().filter(|_| self.up_marks_answer) {
             if !named.contains(&id) && !self.jobs.contains_key(&id) {
                 self.infos.remove(&id);
                 self.info_down.remove(&id);
@@ -2150,6 +2154,33 @@ mod tests {
         assert!(s.mods[7].infos.contains_key(&4));
         let (r, input) = add.expect("rank 3's add was queued");
         s.deliver(r, input);
+        s.run();
+        assert!(
+            s.launched.contains(&(7, 4)),
+            "{:?} {:?}",
+            s.launched,
+            s.events
+        );
+        assert!(s.events.is_empty(), "{:?}", s.events);
+    }
+
+    #[test]
+    fn under_an_older_parent_a_rejoining_daemon_keeps_the_data_it_had() {
+        let mut s = job_4_for_rank_7_after(4);
+        // Rank 3 has job 4's data, its add waits; rank 7 reads the data, then its link to
+        // rank 3, now of version 4, comes back. Job 6's data and add pass rank 3 before
+        // rank 7's hello: under that parent, the add is taken for the answer.
+        let add = s.queue.pop_front().expect("rank 3's add was queued");
+        s.step();
+        let old = Input::Uplink {
+            link: Some(3),
+            version: ANSWER_MARKED - 1,
+        };
+        s.deliver(7, old);
+        let hello = s.queue.pop_back().expect("rank 7's hello was queued");
+        s.submit(6, IdSet::range(7, 7));
+        s.deliver(add.0, add.1);
+        s.deliver(hello.0, hello.1);
         s.run();
         assert!(
             s.launched.contains(&(7, 4)),
