@@ -781,7 +781,10 @@ impl JobExec {
         // Only a parent of version 5 sends data again before its answer (an older one may
         // not at all), and only its answer is surely the answer, not another job's add.
         let stale = std::mem::take(&mut self.stale_data);
-        for id in stale.into_iter().filter(|_| self.up_marks_answer) {
+        if !self.up_marks_answer {
+            return;
+        }
+        for id in stale {
             if !named.contains(&id) && !self.jobs.contains_key(&id) {
                 self.infos.remove(&id);
                 self.info_down.remove(&id);

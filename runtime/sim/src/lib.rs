@@ -379,6 +379,12 @@ impl Sim {
         self.at(t, Ev::Shell { rank, life, input });
     }
 
+    /// What the shell of `rank` (as it runs now) feeds its core on its own at `t`.
+    fn core_at(&mut self, t: u64, rank: Rank, input: CoreInput) {
+        let life = self.life[rank as usize];
+        self.at(t, Ev::Core { rank, life, input });
+    }
+
     fn apply(&mut self, r: Rank, o: Output) {
         if let (0, Some(sent), Output::Net(Io::Send { frame, .. })) =
             (r, self.controller_sends.as_mut(), &o)
@@ -511,16 +517,7 @@ impl Sim {
                 delay,
             } => {
                 let t = self.now + delay.as_millis() as u64;
-                let life = self.life[r as usize];
-                let input = CoreInput::CampaignTimeout(id);
-                self.at(
-                    t,
-                    Ev::Core {
-                        rank: r,
-                        life,
-                        input,
-                    },
-                );
+                self.core_at(t, r, CoreInput::CampaignTimeout(id));
             }
             Output::SetTimer {
                 timer: Timer::JobLimit(_),
@@ -566,20 +563,11 @@ impl Sim {
                 component,
                 ..
             } => {
-                let t = self.now + 1;
-                let life = self.life[r as usize];
                 let input = CoreInput::ReleaseDone {
                     campaign,
                     component,
                 };
-                self.at(
-                    t,
-                    Ev::Core {
-                        rank: r,
-                        life,
-                        input,
-                    },
-                );
+                self.core_at(self.now + 1, r, input);
             }
             // This simulation's DVM only shrinks (see `Sim::make_elastic`): nothing is
             // launched (grows are model-checked in `elastic_model`).
@@ -641,7 +629,12 @@ impl Sim {
 
     /// `n` daemons (radix `radix`) booted together on a fast network, run until formed.
     pub fn formed(n: u32, radix: u32) -> Sim {
-        let mut sim = Sim::new(n, radix, Some(1000), vec![1, 2, 1, 3]);
+        Sim::formed_with(n, radix, vec![1, 2, 1, 3])
+    }
+
+    /// As [`Sim::formed`], with these per-message latencies.
+    pub fn formed_with(n: u32, radix: u32, latency: Vec<u64>) -> Sim {
+        let mut sim = Sim::new(n, radix, Some(1000), latency);
         for r in 0..n {
             sim.at(0, Ev::Boot(r));
         }
@@ -696,14 +689,15 @@ impl Sim {
         self.feed(at, Input::Tool { link, req });
     }
 
-    /// The controller runs campaigns from now on (an elastic DVM whose one release
-    /// component is done at once).
-    pub fn make_elastic(&mut self) {
+    /// The controller runs campaigns from now on: an elastic DVM whose release components
+    /// (offered a finished shrink's hosts, each done 1 ms later) are `components`. With
+    /// none, a shrink's fence opens the moment its last re-homed daemon reports in.
+    pub fn make_elastic(&mut self, components: Vec<String>) {
         let radix = self.cfg[0].tree.radix();
         let config = dvmlab_core::campaign::Config {
             radix,
             timeout: Duration::from_secs(10),
-            components: vec!["sim".into()],
+            components,
             fault: None,
         };
         if let Some(c) = self.nodes.get_mut(&0) {
@@ -1145,25 +1139,19 @@ fn answered_and_held_nowhere(sim: &Sim) -> Result<(), TestCaseError> {
 /// a rank being shrunk (it would end unplaced once that host left, as it should). A shrink
 /// takes only ranks that run no job, and jobs submitted meanwhile wait for it: no job may
 /// fail, every tool hears its job end once, no daemon still holds a job, every shrunk
-/// daemon has left, and the rest are joined.
+/// daemon has left, and the rest are joined. With `release`, a finished shrink goes
+/// through one release component before its fence opens.
 pub fn scenario_with_shrinks(
     n: u32,
     radix: u32,
     latency: Vec<u64>,
     jobs: Vec<(u64, Option<u32>, u64, Option<u32>)>,
     shrinks: Vec<(u64, u32)>,
+    release: bool,
 ) -> Result<(), TestCaseError> {
-    let mut sim = Sim::new(n, radix, Some(1000 * MS), latency);
-    for r in 0..n {
-        sim.at(0, Ev::Boot(r));
-    }
-    sim.run_until(3_000);
-    prop_assert!(
-        sim.nodes[&0].node().formed(),
-        "{:?}",
-        sim.nodes[&0].status()
-    );
-    sim.make_elastic();
+    let mut sim = Sim::formed_with(n, radix, latency);
+    let components = if release { vec!["sim".into()] } else { vec![] };
+    sim.make_elastic(components);
     sim.tool_hello();
     let mut targets = BTreeSet::new();
     for (t, seed) in shrinks {
