@@ -277,6 +277,14 @@ impl Campaigns {
             .fold(IdSet::new(), |acc, c| acc.union(&c.targets))
     }
 
+    /// Every rank some campaign of `kind` in progress targets.
+    fn targets_of(&self, kind: Kind) -> IdSet {
+        self.campaigns
+            .values()
+            .filter(|c| c.kind == kind)
+            .fold(IdSet::new(), |acc, c| acc.union(&c.targets))
+    }
+
     /// Feeds one input; `roster` is the controller's membership, which the core changes.
     pub fn handle(&mut self, roster: &mut Roster, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
@@ -592,10 +600,18 @@ impl Campaigns {
             },
         });
         let tree = RadixTree::new(self.radix, roster.len());
+        // Ranks lost while another shrink re-routes the tree are on their way back, not
+        // gone: a target among them is to be told to leave once back, and a survivor among
+        // them below a target will move again when that target leaves.
+        let rerouting = self
+            .campaigns
+            .values()
+            .filter(|c| c.kind == Kind::Shrink)
+            .fold(IdSet::new(), |acc, c| acc.union(&c.withheld));
         let repair: IdSet = roster
             .iter()
             .filter(|(rank, m)| {
-                m.state == State::Wired
+                (m.state == State::Wired || rerouting.contains(*rank))
                     && !ranks.contains(*rank)
                     && tree.ancestors(*rank).iter().any(|a| ranks.contains(*a))
             })
@@ -603,7 +619,7 @@ impl Campaigns {
             .collect();
         let mut done = IdSet::new();
         for rank in ranks.iter() {
-            if roster.state(rank) == Some(State::Wired) {
+            if roster.state(rank) == Some(State::Wired) || rerouting.contains(rank) {
                 roster.set(rank, State::Departing);
                 out.push(Output::Depart { rank });
             } else {
@@ -685,6 +701,17 @@ impl Campaigns {
 
     fn lost(&mut self, roster: &mut Roster, ranks: &IdSet, out: &mut Vec<Output>) {
         let mut ordinary = IdSet::new();
+        // A shrink target lost together with a survivor above it was cut off with that
+        // survivor (whose own parent left, say): its route went, not necessarily its daemon.
+        // It may still be told to leave once re-routed, and only then may the ranks below
+        // it move for good; so only its own loss, or the timeout, is its departure.
+        let tree = RadixTree::new(self.radix, roster.len());
+        let shrinking = self.targets_of(Kind::Shrink);
+        let cut_off_above = |rank: Rank| {
+            tree.ancestors(rank)
+                .iter()
+                .any(|&a| a != 0 && ranks.contains(a) && !shrinking.contains(a))
+        };
         for rank in ranks.iter() {
             if let Some(id) = self.pending_grow_of(rank) {
                 let cause = format!(
@@ -700,6 +727,9 @@ impl Campaigns {
                 .find(|(_, c)| c.kind == Kind::Shrink && c.targets.contains(rank))
                 .map(|(id, _)| *id);
             if let Some(id) = shrink {
+                if roster.state(rank) == Some(State::Departing) && cut_off_above(rank) {
+                    continue;
+                }
                 // Its actual departure, clean or not; a second report finds it departed.
                 if roster.depart(rank) {
                     out.push(Output::Membership);
@@ -1017,6 +1047,49 @@ mod tests {
             fault: None,
         });
         (c, roster)
+    }
+
+    /// A controller and `n - 1` wired daemons, radix 2 (7 below 3 below 1), with no
+    /// release component.
+    fn dvm_of(n: u32) -> (Campaigns, Roster, RadixTree) {
+        let hosts: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+        let mut roster = Roster::from_conf(&hosts, false, 0);
+        for r in 1..n {
+            roster.set(r, State::Wired);
+        }
+        let c = Campaigns::new(Config {
+            radix: 2,
+            timeout: Duration::from_secs(5),
+            components: vec![],
+            fault: None,
+        });
+        let tree = RadixTree::new(2, n);
+        assert_eq!(
+            tree.ancestors(7),
+            vec![3, 1, 0],
+            "the tree these tests assume"
+        );
+        (c, roster, tree)
+    }
+
+    /// Rank `top` leaves and the ranks below it (but `skip`) lose their route with it, as
+    /// the controller hears it: all in one loss. Returns those ranks and the outputs.
+    fn lose_subtree(
+        c: &mut Campaigns,
+        roster: &mut Roster,
+        tree: &RadixTree,
+        top: Rank,
+        skip: &[Rank],
+    ) -> (Vec<Rank>, Vec<Output>) {
+        let below: Vec<Rank> = (1..roster.len())
+            .filter(|r| !skip.contains(r) && tree.ancestors(*r).contains(&top))
+            .collect();
+        for &r in &below {
+            roster.set(r, State::Lost);
+        }
+        let cut: IdSet = below.iter().copied().chain([top]).collect();
+        let out = c.handle(roster, Input::Lost(cut));
+        (below, out)
     }
 
     fn tool(link: LinkId) -> Proc {
@@ -1382,6 +1455,70 @@ mod tests {
             })
             .collect();
         assert_eq!(offered, vec![2, 1], "{out:?}");
+    }
+
+    /// Found by the shrink property with random seeds: rank 3 shrinks, and rank 1 above it
+    /// 28 ms later, while 3's child 7 is on its way back. 7 was lost then, so the shrink of 1
+    /// did not count it among the ranks it re-routes: 7 came back through 1, the shrink of 3
+    /// ended, and when 1 left a moment later 7's loss failed its job.
+    #[test]
+    fn a_shrink_waits_for_the_ranks_below_it_that_another_shrink_re_routes() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(7, Directive::Release, &["h3"], true));
+        let (below_3, _) = lose_subtree(&mut c, &mut roster, &tree, 3, &[]);
+        let out = c.handle(&mut roster, req(8, Directive::Release, &["h1"], true));
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::CutOff { .. })),
+            "{out:?}"
+        );
+        // 7 and the rest come back through rank 1: the shrink of 3 is over.
+        for &r in &below_3 {
+            roster.set(r, State::Wired);
+        }
+        let out = c.handle(&mut roster, Input::Wired(below_3.iter().copied().collect()));
+        assert_eq!(terminals(&out).len(), 1, "{out:?}");
+        // Rank 1 leaves, and cuts them off again: they re-route, and are no job's failure.
+        let (_, out) = lose_subtree(&mut c, &mut roster, &tree, 1, &[3]);
+        assert!(!out.iter().any(|o| matches!(o, Output::Lost(_))), "{out:?}");
+        assert!(terminals(&out).is_empty(), "{out:?}");
+    }
+
+    /// A target lost while another shrink re-routes the tree is on its way back: it is told
+    /// to leave, not taken for gone (its children would move after its shrink ended).
+    #[test]
+    fn a_target_on_its_way_back_from_another_shrink_is_told_to_leave_not_cut_off() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(7, Directive::Release, &["h1"], true));
+        lose_subtree(&mut c, &mut roster, &tree, 1, &[]);
+        let out = c.handle(&mut roster, req(8, Directive::Release, &["h3"], true));
+        assert!(out.contains(&Output::Depart { rank: 3 }), "{out:?}");
+        assert!(!out.contains(&Output::CutOff { rank: 3 }), "{out:?}");
+        assert_eq!(roster.state(3), Some(State::Departing));
+    }
+
+    /// Found by the shrink property with random seeds: ranks 1 and 7 shrink at once, 7
+    /// below 1 through rank 3. Rank 1's departure cut 3 off, and 7 with it, before 7 was
+    /// even told to leave: that loss was taken for 7's departure, the shrink of 7 ended, and
+    /// the jobs on 7's children failed when they moved once 7 really left.
+    #[test]
+    fn a_target_cut_off_with_a_survivor_above_it_has_not_departed_until_its_own_loss() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(7, Directive::Release, &["h1"], true));
+        c.handle(&mut roster, req(8, Directive::Release, &["h7"], true));
+        let (below_1, out) = lose_subtree(&mut c, &mut roster, &tree, 1, &[]);
+        assert_eq!(roster.state(7), Some(State::Departing), "{out:?}");
+        assert!(terminals(&out).is_empty(), "{out:?}");
+        // Rank 3 re-routes, 7 and its children with it; then 7 leaves for good.
+        for &r in below_1.iter().filter(|&&r| r != 7) {
+            roster.set(r, State::Wired);
+        }
+        let back: IdSet = below_1.iter().copied().filter(|&r| r != 7).collect();
+        let out = c.handle(&mut roster, Input::Wired(back));
+        assert!(terminals(&out).is_empty(), "{out:?}");
+        let out = c.handle(&mut roster, Input::Lost(ids(&[7])));
+        assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
+        // Both end now: the shrink of 1 waited for 7 to re-route or leave.
+        assert_eq!(terminals(&out).len(), 2, "{out:?}");
     }
 
     #[test]

@@ -325,6 +325,9 @@ impl DaemonCore {
                         continue;
                     };
                     let step = crate::elastic::step(c, self.node.roster_mut(), m, i);
+                    if self.node.roster().formed() != self.node.formed() {
+                        work.push_back(Work::Node(overlay::Input::RosterChanged));
+                    }
                     let settled = self.node.roster().settled();
                     if self.kept_membership.as_ref() != Some(&settled) {
                         self.kept_membership = Some(settled.clone());

@@ -982,3 +982,77 @@ fn a_stalled_daemon_reads_what_a_link_sent_in_the_order_it_was_sent() {
     )
     .unwrap();
 }
+
+/// Found by the shrink property with random seeds: ranks 1 and 7 are shrunk at the same
+/// moment, and 7 is below 1 (through 3). Rank 1's departure cut its whole subtree off for
+/// a moment, 7 included, and the controller took 7's passing loss for 7's departure: the
+/// second shrink ended before 7 had even been told to leave, the fence opened, and a job
+/// placed on 7's children failed when they re-homed a moment later.
+#[test]
+fn a_shrink_below_a_departing_daemon_ends_on_its_own_targets_departure() {
+    scenario_with_shrinks(
+        27,
+        2,
+        vec![3, 5, 3, 0, 5, 2, 2, 0, 1, 2, 2, 7, 2, 5, 5, 2],
+        vec![
+            (0, None, 0, Some(6)),
+            (5001, None, 0, None),
+            (0, None, 0, Some(26)),
+        ],
+        vec![(5000, 26), (5000, 6)],
+        false,
+    )
+    .unwrap();
+}
+
+/// Found by the shrink property with random seeds: ranks 2 and 4 (4 below 2) are shrunk,
+/// and afterwards the controller's status said not formed with every expected rank joined.
+#[test]
+fn nested_shrinks_leave_a_formed_dvm() {
+    let burst = |(slot, offset): (u64, u64)| slot * 1_000 + offset;
+    let mut latency = vec![0; 12];
+    latency.extend([1, 5, 0, 0]);
+    scenario_with_shrinks(
+        5,
+        2,
+        latency,
+        vec![(burst((1, 0)), None, 0, Some(1))],
+        vec![(burst((1, 7)), 11), (burst((1, 0)), 1), (burst((1, 0)), 1)],
+        false,
+    )
+    .unwrap();
+}
+
+/// Found by the shrink property with random seeds: rank 3 is shrunk, and rank 1 (above it)
+/// 28 ms later.
+#[test]
+fn a_shrink_above_a_departing_daemon_fails_no_job_below_both() {
+    let burst = |(slot, offset): (u64, u64)| slot * 1_000 + offset;
+    let jobs = [
+        ((6, 2), Some(37), 516, Some(6)),
+        ((1, 26), None, 237, Some(29)),
+        ((5, 37), None, 1436, Some(23)),
+        ((1, 37), None, 2829, Some(16)),
+        ((5, 34), None, 3535, None),
+        ((5, 1), None, 477, Some(9)),
+        ((0, 15), None, 1854, Some(15)),
+        ((4, 23), None, 1340, Some(27)),
+        ((4, 9), None, 897, Some(4)),
+        ((4, 26), None, 634, Some(17)),
+        ((2, 1), None, 337, None),
+        ((0, 1), Some(27), 1161, None),
+        ((4, 5), Some(2), 1376, Some(10)),
+        ((1, 32), Some(3), 1560, None),
+    ];
+    scenario_with_shrinks(
+        12,
+        2,
+        vec![4, 5, 0, 0, 1, 7, 3, 5, 0, 4, 2, 6, 4, 1, 0, 6],
+        jobs.into_iter()
+            .map(|(t, nprocs, run_ms, on)| (burst(t), nprocs, run_ms, on))
+            .collect(),
+        vec![(burst((5, 32)), 0), (burst((5, 4)), 2)],
+        false,
+    )
+    .unwrap();
+}

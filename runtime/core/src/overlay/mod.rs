@@ -121,6 +121,9 @@ pub enum Input {
     },
     /// The controller: the membership changed (ranks added or departed); send it down.
     Membership,
+    /// The controller: the campaign core changed member states (a rank departing or
+    /// departed) in a way that formed or unformed the DVM, with no report or loss to say so.
+    RosterChanged,
     /// The controller: tell `rank` to leave the DVM.
     Depart(Rank),
     /// The controller: `rank` departed without leaving by itself; close its link.
@@ -477,6 +480,7 @@ impl Node {
             Input::Timer(t) => self.on_timer(now, t),
             Input::Reply { link, reply } => self.reply(link, reply),
             Input::Membership => self.send_membership(),
+            Input::RosterChanged => self.check_formed(),
             Input::Depart(rank) => self.tell_depart(rank),
             Input::CutOff(rank) => self.cut_off(rank),
         }

@@ -83,6 +83,11 @@ impl Node {
                 if self.roster.set(m.rank, State::Wired) {
                     wired.insert(m.rank);
                 }
+                // A departing daemon reported again was cut off on its way out, and the
+                // order to leave may have been lost with its old route: it is told again.
+                if self.roster.state(m.rank) == Some(State::Departing) {
+                    self.tell_depart(m.rank);
+                }
                 self.roster.set_uri(m.rank, &m.uri);
                 self.tell_dropped(m.rank);
             }
