@@ -435,11 +435,12 @@ fn a_session_directory_another_user_could_change_stops_the_daemon_and_a_socket_a
     ]
     .map(String::from);
     let mut impostor = dvm.cluster.command("n02", &argv).unwrap().spawn().unwrap();
+    // Listening, not only bound: a socket file that refuses connections sends the tool on
+    // to the controller, and the test would prove nothing.
     wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
-        socket
-            .exists()
-            .then_some(())
-            .ok_or("no socket yet".to_string())
+        std::os::unix::net::UnixStream::connect(&socket)
+            .map(drop)
+            .map_err(|e| format!("{}: {e}", socket.display()))
     })
     .unwrap();
     let (code, out, err) = on(&dvm, "n02", &[PCTL, "status"]);

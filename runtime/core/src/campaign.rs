@@ -66,7 +66,8 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
     Request(Request),
-    /// These ranks reported in: reachable through the tree.
+    /// These ranks reported in, in one report: reachable through the tree (a daemon that
+    /// reconnects reports its whole subtree at once).
     Wired(IdSet),
     /// These ranks' routes are gone: an exit, a crash or a cut link.
     Lost(IdSet),
@@ -236,6 +237,10 @@ pub struct Campaigns {
     fence: Fence,
     torn_down: bool,
     fault: Option<Fault>,
+    /// Departing shrink targets lost with a survivor above them that a shrink re-routes,
+    /// and that survivor: whether the target is still there shows when the survivor
+    /// reports back with its subtree.
+    unresolved: BTreeMap<Rank, Rank>,
 }
 
 impl Campaigns {
@@ -250,6 +255,7 @@ impl Campaigns {
             fence: Fence::OPEN,
             torn_down: false,
             fault: cfg.fault,
+            unresolved: BTreeMap::new(),
         }
     }
 
@@ -673,6 +679,21 @@ impl Campaigns {
     }
 
     fn wired(&mut self, roster: &mut Roster, ranks: &IdSet, out: &mut Vec<Output>) {
+        // A survivor reports back with its whole subtree: a target below it that is not in
+        // the report left while cut off (its own loss went nowhere); one that is stays
+        // departing, and is told again to leave.
+        let back: Vec<(Rank, Rank)> = self
+            .unresolved
+            .iter()
+            .filter(|(_, s)| ranks.contains(**s))
+            .map(|(t, s)| (*t, *s))
+            .collect();
+        for (target, _) in back {
+            self.unresolved.remove(&target);
+            if !ranks.contains(target) {
+                self.departed(roster, target, out);
+            }
+        }
         let ids: Vec<CampaignId> = self.campaigns.keys().copied().collect();
         for id in ids {
             let Some(c) = self.campaigns.get_mut(&id) else {
@@ -701,16 +722,24 @@ impl Campaigns {
 
     fn lost(&mut self, roster: &mut Roster, ranks: &IdSet, out: &mut Vec<Output>) {
         let mut ordinary = IdSet::new();
-        // A shrink target lost together with a survivor above it was cut off with that
-        // survivor (whose own parent left, say): its route went, not necessarily its daemon.
-        // It may still be told to leave once re-routed, and only then may the ranks below
-        // it move for good; so only its own loss, or the timeout, is its departure.
+        // A shrink target lost together with a survivor above it that a shrink re-routes
+        // (whose parent left) was cut off with that survivor: its route went, not
+        // necessarily its daemon. It may still be there, to be told to leave once re-routed,
+        // and only then may the ranks below it move for good. Its own loss, the survivor's
+        // report without it, or the timeout is its departure. (Below a survivor that
+        // crashed, the ranks cut off are lost anyway: the target's loss counts.)
         let tree = RadixTree::new(self.radix, roster.len());
         let shrinking = self.targets_of(Kind::Shrink);
-        let cut_off_above = |rank: Rank| {
+        let rerouting = self
+            .campaigns
+            .values()
+            .filter(|c| c.kind == Kind::Shrink && c.releasing.is_none())
+            .fold(IdSet::new(), |acc, c| acc.union(&c.repair));
+        let cut_off_with = |rank: Rank| {
             tree.ancestors(rank)
-                .iter()
-                .any(|&a| a != 0 && ranks.contains(a) && !shrinking.contains(a))
+                .into_iter()
+                .find(|&a| a != 0 && ranks.contains(a) && !shrinking.contains(a))
+                .filter(|a| rerouting.contains(*a))
         };
         for rank in ranks.iter() {
             if let Some(id) = self.pending_grow_of(rank) {
@@ -726,18 +755,14 @@ impl Campaigns {
                 .iter()
                 .find(|(_, c)| c.kind == Kind::Shrink && c.targets.contains(rank))
                 .map(|(id, _)| *id);
-            if let Some(id) = shrink {
-                if roster.state(rank) == Some(State::Departing) && cut_off_above(rank) {
-                    continue;
+            if shrink.is_some() {
+                if roster.state(rank) == Some(State::Departing) {
+                    if let Some(survivor) = cut_off_with(rank) {
+                        self.unresolved.insert(rank, survivor);
+                        continue;
+                    }
                 }
-                // Its actual departure, clean or not; a second report finds it departed.
-                if roster.depart(rank) {
-                    out.push(Output::Membership);
-                }
-                if let Some(c) = self.campaigns.get_mut(&id) {
-                    c.done.insert(rank);
-                }
-                self.shrink_progress(roster, id, out);
+                self.departed(roster, rank, out);
                 continue;
             }
             // Any other loss concerns no campaign: it neither completes nor fails one. A rank
@@ -755,6 +780,26 @@ impl Campaigns {
         }
         if !ordinary.is_empty() {
             out.push(Output::Lost(ordinary));
+        }
+    }
+
+    /// Shrink target `rank` has left: its actual departure, clean or not (a second report
+    /// finds it departed).
+    fn departed(&mut self, roster: &mut Roster, rank: Rank, out: &mut Vec<Output>) {
+        self.unresolved.remove(&rank);
+        if roster.depart(rank) {
+            out.push(Output::Membership);
+        }
+        let mut mine = None;
+        for (id, c) in self.campaigns.iter_mut() {
+            c.withheld.remove(rank);
+            if c.kind == Kind::Shrink && c.targets.contains(rank) {
+                c.done.insert(rank);
+                mine = Some(*id);
+            }
+        }
+        if let Some(id) = mine {
+            self.shrink_progress(roster, id, out);
         }
     }
 
@@ -781,6 +826,7 @@ impl Campaigns {
                         self.timeout
                     )));
                     roster.depart(rank);
+                    self.unresolved.remove(&rank);
                     out.push(Output::CutOff { rank });
                 }
                 if !stay.is_empty() {
@@ -789,9 +835,16 @@ impl Campaigns {
                 if let Some(c) = self.campaigns.get_mut(&id) {
                     c.done = c.targets.clone();
                     // Survivors still unreachable are ordinary losses now, not this
-                    // campaign's to wait for.
+                    // campaign's to wait for, nor any other's.
                     c.repair = IdSet::new();
-                    let withheld = std::mem::take(&mut c.withheld);
+                    let withheld: IdSet = std::mem::take(&mut c.withheld)
+                        .iter()
+                        .filter(|r| roster.state(*r) == Some(State::Lost))
+                        .collect();
+                    for other in self.campaigns.values_mut() {
+                        other.repair = other.repair.difference(&withheld);
+                        other.withheld = other.withheld.difference(&withheld);
+                    }
                     if !withheld.is_empty() {
                         out.push(Output::Lost(withheld));
                     }
@@ -925,6 +978,7 @@ impl Campaigns {
     /// still running, and every held job ends.
     fn teardown(&mut self, out: &mut Vec<Output>) {
         self.torn_down = true;
+        self.unresolved.clear();
         let campaigns = std::mem::take(&mut self.campaigns);
         let any = !campaigns.is_empty();
         for (_, c) in campaigns {
@@ -995,6 +1049,7 @@ impl Campaigns {
             debug_assert!(!all.intersects(&c.targets), "a rank in two campaigns");
             all = all.union(&c.targets);
             debug_assert!(c.done.difference(&c.targets).is_empty());
+            debug_assert!(c.withheld.difference(&c.repair).is_empty());
             for r in c.targets.iter() {
                 let s = roster.state(r);
                 match c.kind {
@@ -1010,6 +1065,12 @@ impl Campaigns {
             }
         }
         debug_assert_eq!(self.fence.map_open, self.campaigns.is_empty());
+        for t in self.unresolved.keys() {
+            debug_assert!(
+                all.contains(*t) && roster.state(*t) == Some(State::Departing),
+                "unresolved rank {t} is no departing target"
+            );
+        }
     }
 }
 
@@ -1508,17 +1569,51 @@ mod tests {
         let (below_1, out) = lose_subtree(&mut c, &mut roster, &tree, 1, &[]);
         assert_eq!(roster.state(7), Some(State::Departing), "{out:?}");
         assert!(terminals(&out).is_empty(), "{out:?}");
-        // Rank 3 re-routes, 7 and its children with it; then 7 leaves for good.
-        for &r in below_1.iter().filter(|&&r| r != 7) {
+        // Rank 3 re-routes, and reports 7 and its children with it; then 7 leaves for good.
+        for &r in &below_1 {
             roster.set(r, State::Wired);
         }
-        let back: IdSet = below_1.iter().copied().filter(|&r| r != 7).collect();
-        let out = c.handle(&mut roster, Input::Wired(back));
+        let out = c.handle(&mut roster, Input::Wired(below_1.iter().copied().collect()));
+        assert_eq!(roster.state(7), Some(State::Departing), "{out:?}");
         assert!(terminals(&out).is_empty(), "{out:?}");
         let out = c.handle(&mut roster, Input::Lost(ids(&[7])));
         assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
         // Both end now: the shrink of 1 waited for 7 to re-route or leave.
         assert_eq!(terminals(&out).len(), 2, "{out:?}");
+    }
+
+    /// Found by review: rank 7 got its order to leave and left while rank 3 (above it)
+    /// re-routed, so its loss reached no one; then 1 left and took 3, and the loss of 7
+    /// that the controller saw was only the cut. Rank 3's report back without 7 is 7's
+    /// departure (it used to wait for the timeout).
+    #[test]
+    fn a_target_missing_from_the_report_of_the_survivor_it_was_cut_off_with_has_departed() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(8, Directive::Release, &["h7"], true));
+        c.handle(&mut roster, req(7, Directive::Release, &["h1"], true));
+        let (below_1, _) = lose_subtree(&mut c, &mut roster, &tree, 1, &[]);
+        assert_eq!(roster.state(7), Some(State::Departing));
+        let back: Vec<Rank> = below_1.into_iter().filter(|&r| r != 7).collect();
+        for &r in &back {
+            roster.set(r, State::Wired);
+        }
+        let out = c.handle(&mut roster, Input::Wired(back.into_iter().collect()));
+        assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
+        assert_eq!(terminals(&out).len(), 2, "{out:?}");
+    }
+
+    /// Found by review: below a survivor that crashed, everything cut off is lost anyway
+    /// (no shrink re-routes it): a target's loss there is its departure, at once.
+    #[test]
+    fn a_target_cut_off_by_a_crash_above_it_has_departed() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(8, Directive::Release, &["h7"], true));
+        let (_, out) = lose_subtree(&mut c, &mut roster, &tree, 3, &[]);
+        assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
+        // What remains is 7's child re-routing, as in any shrink.
+        roster.set(15, State::Wired);
+        let out = c.handle(&mut roster, Input::Wired(ids(&[15])));
+        assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
     #[test]

@@ -1138,8 +1138,8 @@ fn answered_and_held_nowhere(sim: &Sim) -> Result<(), TestCaseError> {
 /// shrunk away (`(time, rank)`, never the last daemon that runs jobs); no job is pinned to
 /// a rank being shrunk (it would end unplaced once that host left, as it should). A shrink
 /// takes only ranks that run no job, and jobs submitted meanwhile wait for it: no job may
-/// fail, every tool hears its job end once, no daemon still holds a job, every shrunk
-/// daemon has left, and the rest are joined. With `release`, a finished shrink goes
+/// fail, every shrink ends within 5 s (its timeout is 10 s), every tool hears its job end
+/// once, no daemon still holds a job, every shrunk daemon has left, and the rest are joined. With `release`, a finished shrink goes
 /// through one release component before its fence opens.
 pub fn scenario_with_shrinks(
     n: u32,
@@ -1154,6 +1154,7 @@ pub fn scenario_with_shrinks(
     sim.make_elastic(components);
     sim.tool_hello();
     let mut targets = BTreeSet::new();
+    let last_shrink = shrinks.iter().map(|(t, _)| *t).max().unwrap_or(0);
     for (t, seed) in shrinks {
         let rank = 1 + seed % (n - 1);
         // One daemon that runs jobs stays, or a job could run nowhere (and fail, rightly).
@@ -1176,6 +1177,15 @@ pub fn scenario_with_shrinks(
             },
         );
     }
+    // Every shrink ends on its targets' departures, well before its timeout (10 s here)
+    // would cut them off.
+    sim.run_until(3_000 + last_shrink + 5_000);
+    let status = sim.nodes[&0].status();
+    prop_assert!(
+        status.campaigns.is_empty(),
+        "5 s after the last shrink: {:?}",
+        status.campaigns
+    );
     sim.run_until(60_000);
     answered_and_held_nowhere(&sim)?;
     for (link, t) in sim.tools.iter().filter(|(_, t)| t.ended > 0) {

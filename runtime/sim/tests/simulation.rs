@@ -990,6 +990,12 @@ fn a_stalled_daemon_reads_what_a_link_sent_in_the_order_it_was_sent() {
 /// placed on 7's children failed when they re-homed a moment later.
 #[test]
 fn a_shrink_below_a_departing_daemon_ends_on_its_own_targets_departure() {
+    shrinks_of_1_and_7_of_27(vec![(5000, 26), (5000, 6)]);
+}
+
+/// 27 daemons, radix 2, jobs around the shrinks of ranks 1 and 7 (seeds 26 and 6), 7 below
+/// 1 through 3, at the same moment in the order given.
+fn shrinks_of_1_and_7_of_27(shrinks: Vec<(u64, u32)>) {
     scenario_with_shrinks(
         27,
         2,
@@ -999,7 +1005,7 @@ fn a_shrink_below_a_departing_daemon_ends_on_its_own_targets_departure() {
             (5001, None, 0, None),
             (0, None, 0, Some(26)),
         ],
-        vec![(5000, 26), (5000, 6)],
+        shrinks,
         false,
     )
     .unwrap();
@@ -1055,4 +1061,13 @@ fn a_shrink_above_a_departing_daemon_fails_no_job_below_both() {
         false,
     )
     .unwrap();
+}
+
+/// Found by review: the shrinks of the first test the other way round. Rank 7 is told to
+/// leave first and leaves while rank 3, above it, re-routes (rank 1 left), so 7's loss
+/// reaches no one; only 3's report back without 7 shows it gone. The shrink waited for its
+/// timeout.
+#[test]
+fn a_target_that_leaves_while_cut_off_departs_when_the_survivor_above_reports_back() {
+    shrinks_of_1_and_7_of_27(vec![(5000, 6), (5000, 26)]);
 }

@@ -212,7 +212,9 @@ pub enum Output {
     EventClientGone {
         link: LinkId,
     },
-    /// The controller: these ranks reported in and are now wired.
+    /// The controller: these ranks reported in, all in one report (wired now, or already:
+    /// a daemon that reconnects reports its whole subtree; a departing rank stays
+    /// departing).
     Wired(IdSet),
     /// An event came up from a child (towards the controller).
     EventFromBelow(dvmlab_proto::event::Travelling),

@@ -78,11 +78,10 @@ impl Node {
             return;
         }
         if self.is_controller() {
-            let mut wired = IdSet::new();
+            let mut reported = IdSet::new();
             for m in &accepted {
-                if self.roster.set(m.rank, State::Wired) {
-                    wired.insert(m.rank);
-                }
+                self.roster.set(m.rank, State::Wired);
+                reported.insert(m.rank);
                 // A departing daemon reported again was cut off on its way out, and the
                 // order to leave may have been lost with its old route: it is told again.
                 if self.roster.state(m.rank) == Some(State::Departing) {
@@ -92,9 +91,7 @@ impl Node {
                 self.tell_dropped(m.rank);
             }
             self.check_formed();
-            if !wired.is_empty() {
-                self.emit(Output::Wired(wired));
-            }
+            self.emit(Output::Wired(reported));
         } else if let Some((up, _)) = self.up {
             let epoch = self.epoch;
             for m in &mut accepted {
