@@ -585,6 +585,85 @@ fn a_dvm_grows_from_8_to_16_while_jobs_keep_arriving_and_none_fails() {
     dvm.stop_cleanly(&all);
 }
 
+/// Two shrinks at once, one target below the other: n01 and n07 (radix 2: 7 is below 3,
+/// which is below 1). n01's departure cuts n03's subtree off, n07 included, for a moment;
+/// that passing loss is not n07's departure, or the shrink of n07 would end before n07 left
+/// and the job on its children n15 and n23 would fail when they move. (The simulator's
+/// `a_shrink_below_a_departing_daemon_ends_on_its_own_targets_departure` pins the
+/// interleaving; this runs it on real daemons, in whatever order it comes.)
+#[test]
+fn two_shrinks_at_once_one_below_the_other_fail_no_job_and_end_on_the_departures() {
+    let Some(mut dvm) = elastic_with(
+        "elastic-nested",
+        24,
+        0,
+        Setup {
+            conf: &[("DVMRadix", "2")],
+            ..Setup::default()
+        },
+    ) else {
+        return;
+    };
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    let mut long = spawn_prun(
+        &dvm,
+        &["--host", "n15,n23", "--", "sh", "-c", "sleep 2; hostname"],
+        &dir.join("long.out"),
+    );
+    wait_job_state(&dvm, 1, "RUNNING");
+    let begun = std::time::Instant::now();
+    let held = &dvm;
+    let (shrinks, others) = std::thread::scope(|sc| {
+        let shrinks: Vec<_> = ["n01", "n07"]
+            .map(|h| sc.spawn(move || held.pctl(&["shrink", h, "--wait"])))
+            .into_iter()
+            .collect();
+        let mut others = Vec::new();
+        while others.len() < 4 || shrinks.iter().any(|t| !t.is_finished()) {
+            // On survivors that move (below n01 and n03), never on a target: a release
+            // of a host that runs job processes is refused.
+            others.push(prun(held, &["--host", "n05,n11", "--", "true"]));
+        }
+        let shrinks: Vec<_> = shrinks.into_iter().map(|t| t.join().unwrap()).collect();
+        (shrinks, others)
+    });
+    let took = begun.elapsed();
+    for (ok, out, err) in &shrinks {
+        assert!(ok, "{out}{err}\n{}", dvm.cluster.logs_tail(40));
+    }
+    // Ended by the departures, not cut off at the launch timeout (20 s here).
+    assert!(took < Duration::from_secs(10), "the shrinks took {took:?}");
+    for (code, _, err) in &others {
+        assert_eq!(*code, Some(0), "a job failed during the shrinks: {err}");
+    }
+    assert_eq!(
+        finish(&mut long, "the job on n15 and n23"),
+        Some(0),
+        "{}",
+        dvm.cluster.logs_tail(40)
+    );
+    let mut ran: Vec<String> = std::fs::read_to_string(dir.join("long.out"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect();
+    ran.sort();
+    assert_eq!(ran, ["n15", "n23"]);
+    let s = dvm.status().unwrap();
+    assert!(s.formed, "{s:?}");
+    for m in &s.members {
+        let want = if ["n01", "n07"].contains(&m.host.as_str()) {
+            MemberState::Departed
+        } else {
+            MemberState::Joined
+        };
+        assert_eq!(m.state, want, "{}: {s:?}", m.host);
+    }
+    let mut stay = ctl_and_nodes(24).1;
+    stay.retain(|h| h != "n01" && h != "n07");
+    dvm.stop_cleanly(&stay);
+}
+
 #[test]
 fn a_job_process_asks_for_an_allocation_and_alone_hears_its_event() {
     let Some(mut dvm) = elastic("elastic-proc", 2, 1, &[]) else {

@@ -67,8 +67,12 @@ pub struct Request {
 pub enum Input {
     Request(Request),
     /// These ranks reported in, in one report: reachable through the tree (a daemon that
-    /// reconnects reports its whole subtree at once).
-    Wired(IdSet),
+    /// reconnects reports its whole subtree at once). `unsettled` are those of them reached
+    /// through a daemon that is departing or departed: they will move again.
+    Wired {
+        ranks: IdSet,
+        unsettled: IdSet,
+    },
     /// These ranks' routes are gone: an exit, a crash or a cut link.
     Lost(IdSet),
     /// The launch agent of `rank` exited with this wait status.
@@ -241,6 +245,9 @@ pub struct Campaigns {
     /// and that survivor: whether the target is still there shows when the survivor
     /// reports back with its subtree.
     unresolved: BTreeMap<Rank, Rank>,
+    /// Ranks last reported through a daemon that is departing or departed: not re-routed
+    /// for good yet.
+    unsettled: IdSet,
 }
 
 impl Campaigns {
@@ -256,6 +263,7 @@ impl Campaigns {
             torn_down: false,
             fault: cfg.fault,
             unresolved: BTreeMap::new(),
+            unsettled: IdSet::new(),
         }
     }
 
@@ -296,7 +304,10 @@ impl Campaigns {
         let mut out = Vec::new();
         match input {
             Input::Request(r) => self.request(roster, r, &mut out),
-            Input::Wired(ranks) => self.wired(roster, &ranks, &mut out),
+            Input::Wired { ranks, unsettled } => {
+                self.unsettled = self.unsettled.difference(&ranks).union(&unsettled);
+                self.wired(roster, &ranks, &mut out)
+            }
             Input::Lost(ranks) => self.lost(roster, &ranks, &mut out),
             Input::LaunchExited { rank, status } => {
                 // An agent that exits 0 may have handed the daemon on (detached); only a
@@ -721,6 +732,7 @@ impl Campaigns {
     }
 
     fn lost(&mut self, roster: &mut Roster, ranks: &IdSet, out: &mut Vec<Output>) {
+        self.unsettled = self.unsettled.difference(ranks);
         let mut ordinary = IdSet::new();
         // A shrink target lost together with a survivor above it that a shrink re-routes
         // (whose parent left) was cut off with that survivor: its route went, not
@@ -868,10 +880,16 @@ impl Campaigns {
         if c.releasing.is_some() || c.done != c.targets {
             return;
         }
+        // Wired through daemons that stay, or gone for good.
+        let unsettled = &self.unsettled;
         c.repair = c
             .repair
             .iter()
-            .filter(|r| !matches!(roster.state(*r), Some(State::Wired | State::Departed)))
+            .filter(|r| match roster.state(*r) {
+                Some(State::Wired) => unsettled.contains(*r),
+                Some(State::Departed) => false,
+                _ => true,
+            })
             .collect();
         if !c.repair.is_empty() {
             return;
@@ -979,6 +997,7 @@ impl Campaigns {
     fn teardown(&mut self, out: &mut Vec<Output>) {
         self.torn_down = true;
         self.unresolved.clear();
+        self.unsettled = IdSet::new();
         let campaigns = std::mem::take(&mut self.campaigns);
         let any = !campaigns.is_empty();
         for (_, c) in campaigns {
@@ -1153,6 +1172,14 @@ mod tests {
         (below, out)
     }
 
+    /// A report of `ranks`, none of them through a daemon that is leaving.
+    fn wired(ranks: IdSet) -> Input {
+        Input::Wired {
+            ranks,
+            unsettled: IdSet::new(),
+        }
+    }
+
     fn tool(link: LinkId) -> Proc {
         Proc {
             nspace: format!("tool@0.{link}"),
@@ -1230,7 +1257,7 @@ mod tests {
         })));
         assert!(terminals(&out).is_empty(), "phase one claims nothing");
         roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[4])));
+        let out = c.handle(&mut roster, wired(ids(&[4])));
         assert!(terminals(&out).is_empty(), "one of two wired is not done");
         assert_eq!(
             roster.compute_ranks(),
@@ -1238,14 +1265,14 @@ mod tests {
             "a wired rank of a pending grow runs nothing"
         );
         roster.set(5, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[5])));
+        let out = c.handle(&mut roster, wired(ids(&[5])));
         assert_eq!(
             terminals(&out),
             vec![(DVM_IS_READY, None, "tool@0.7".into())]
         );
         assert!(out.contains(&Output::Fence(Fence::OPEN)));
         assert_eq!(roster.compute_ranks(), vec![1, 2, 3, 4, 5]);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[4, 5])));
+        let out = c.handle(&mut roster, wired(ids(&[4, 5])));
         assert!(terminals(&out).is_empty(), "exactly one terminal event");
     }
 
@@ -1261,7 +1288,7 @@ mod tests {
         });
         c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
         roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[4])));
+        let out = c.handle(&mut roster, wired(ids(&[4])));
         assert_eq!(
             terminals(&out),
             vec![(DVM_IS_READY, None, "tool@0.7".into()); 2]
@@ -1286,7 +1313,7 @@ mod tests {
         }
         c.handle(&mut roster, push);
         roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[4])));
+        let out = c.handle(&mut roster, wired(ids(&[4])));
         assert!(terminals(&out).is_empty(), "a push has no requester");
         assert!(out.iter().any(|o| matches!(
             o,
@@ -1303,7 +1330,7 @@ mod tests {
         let before = members(&roster);
         c.handle(&mut roster, req(7, Directive::New, &["n4", "n5"], true));
         roster.set(4, State::Wired);
-        c.handle(&mut roster, Input::Wired(ids(&[4])));
+        c.handle(&mut roster, wired(ids(&[4])));
         let out = c.handle(
             &mut roster,
             Input::LaunchExited {
@@ -1355,7 +1382,7 @@ mod tests {
         let out = c.handle(&mut roster, Input::LaunchExited { rank: 4, status: 0 });
         assert!(terminals(&out).is_empty());
         roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[4])));
+        let out = c.handle(&mut roster, wired(ids(&[4])));
         assert_eq!(terminals(&out).len(), 1);
     }
 
@@ -1375,7 +1402,7 @@ mod tests {
         );
         assert_eq!(roster.state(4), Some(State::Waiting));
         roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[4])));
+        let out = c.handle(&mut roster, wired(ids(&[4])));
         assert_eq!(
             terminals(&out),
             vec![(DVM_IS_READY, None, "tool@0.7".into())]
@@ -1490,7 +1517,7 @@ mod tests {
             "re-routing is not a loss: the jobs on rank 3 go on: {out:?}"
         );
         roster.set(3, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[3])));
+        let out = c.handle(&mut roster, wired(ids(&[3])));
         assert!(
             out.iter()
                 .any(|o| matches!(o, Output::OfferRelease { component: 0, .. })),
@@ -1536,7 +1563,7 @@ mod tests {
         for &r in &below_3 {
             roster.set(r, State::Wired);
         }
-        let out = c.handle(&mut roster, Input::Wired(below_3.iter().copied().collect()));
+        let out = c.handle(&mut roster, wired(below_3.iter().copied().collect()));
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
         // Rank 1 leaves, and cuts them off again: they re-route, and are no job's failure.
         let (_, out) = lose_subtree(&mut c, &mut roster, &tree, 1, &[3]);
@@ -1573,7 +1600,7 @@ mod tests {
         for &r in &below_1 {
             roster.set(r, State::Wired);
         }
-        let out = c.handle(&mut roster, Input::Wired(below_1.iter().copied().collect()));
+        let out = c.handle(&mut roster, wired(below_1.iter().copied().collect()));
         assert_eq!(roster.state(7), Some(State::Departing), "{out:?}");
         assert!(terminals(&out).is_empty(), "{out:?}");
         let out = c.handle(&mut roster, Input::Lost(ids(&[7])));
@@ -1597,9 +1624,42 @@ mod tests {
         for &r in &back {
             roster.set(r, State::Wired);
         }
-        let out = c.handle(&mut roster, Input::Wired(back.into_iter().collect()));
+        let out = c.handle(&mut roster, wired(back.into_iter().collect()));
         assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
         assert_eq!(terminals(&out).len(), 2, "{out:?}");
+    }
+
+    /// Found by review: ranks 3 and 7 (below 3) shrink together; 3 leaves first and 7's loss
+    /// with it counts, but 7 was still there, on its way, and rank 15 came back through it.
+    /// Reached through a daemon that is leaving, 15 will move again: the shrink waits until
+    /// 15 reports along daemons that stay.
+    #[test]
+    fn a_survivor_reported_through_a_leaving_daemon_is_not_re_routed_yet() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(7, Directive::Release, &["h3", "h7"], true));
+        lose_subtree(&mut c, &mut roster, &tree, 3, &[]);
+        assert_eq!(roster.state(7), Some(State::Departed));
+        let below_3: Vec<Rank> = (4..16)
+            .filter(|&r| r != 7 && tree.ancestors(r).contains(&3))
+            .collect();
+        for &r in &below_3 {
+            roster.set(r, State::Wired);
+        }
+        let ranks: IdSet = below_3.iter().copied().collect();
+        let out = c.handle(
+            &mut roster,
+            Input::Wired {
+                ranks,
+                unsettled: ids(&[15]),
+            },
+        );
+        assert!(terminals(&out).is_empty(), "{out:?}");
+        roster.set(15, State::Lost);
+        let out = c.handle(&mut roster, Input::Lost(ids(&[15])));
+        assert!(!out.iter().any(|o| matches!(o, Output::Lost(_))), "{out:?}");
+        roster.set(15, State::Wired);
+        let out = c.handle(&mut roster, wired(ids(&[15])));
+        assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
     /// Found by review: below a survivor that crashed, everything cut off is lost anyway
@@ -1612,7 +1672,7 @@ mod tests {
         assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
         // What remains is 7's child re-routing, as in any shrink.
         roster.set(15, State::Wired);
-        let out = c.handle(&mut roster, Input::Wired(ids(&[15])));
+        let out = c.handle(&mut roster, wired(ids(&[15])));
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
@@ -1721,7 +1781,7 @@ mod tests {
         let (mut c, mut roster) = dvm();
         c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
         roster.set(4, State::Wired);
-        c.handle(&mut roster, Input::Wired(ids(&[4])));
+        c.handle(&mut roster, wired(ids(&[4])));
         let mut ext = req(7, Directive::Extend, &["n5"], true);
         if let Input::Request(r) = &mut ext {
             r.alloc_id = Some("alloc.1".into());
@@ -1731,7 +1791,7 @@ mod tests {
             matches!(&out[0], Output::Reply { reply: ToolReply::Allocated { alloc_id, .. }, .. } if alloc_id == "alloc.1")
         );
         roster.set(5, State::Wired);
-        c.handle(&mut roster, Input::Wired(ids(&[5])));
+        c.handle(&mut roster, wired(ids(&[5])));
         let mut rel = req(7, Directive::Release, &[], true);
         if let Input::Request(r) = &mut rel {
             r.alloc_id = Some("alloc.1".into());

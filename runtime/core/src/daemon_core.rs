@@ -375,9 +375,9 @@ impl DaemonCore {
                 }
                 return work.push_back(Work::Exec(i));
             }
-            overlay::Output::Wired(ranks) => {
+            overlay::Output::Wired { ranks, unsettled } => {
                 if self.campaigns.is_some() {
-                    work.push_back(Work::Camp(campaign::Input::Wired(ranks)));
+                    work.push_back(Work::Camp(campaign::Input::Wired { ranks, unsettled }));
                 }
                 return;
             }

@@ -533,7 +533,7 @@ impl JobExec {
 
     /// The initial `state-update` for a child: a `check` for every job running there.
     fn answer_hello(&mut self, link: LinkId) {
-        let Some(ids) = self
+        let Some(mut ids) = self
             .children
             .iter()
             .find(|(l, _)| *l == link)
@@ -541,6 +541,20 @@ impl JobExec {
         else {
             return;
         };
+        // A job's ranks that no link reaches now, that lie below the child by the tree
+        // formula and that were not given up (released) are on their way to it (they
+        // re-home past a departed daemon, and the child itself re-linked first): it holds
+        // their jobs and must keep them.
+        if let Some(&child) = self.child_ranks.get(&link) {
+            for j in self.jobs.values() {
+                let on_the_way = j.ranks.difference(&self.subtree).difference(&j.released);
+                for r in on_the_way.iter() {
+                    if self.tree.is_ancestor_or_self(child, r) {
+                        ids.insert(r);
+                    }
+                }
+            }
+        }
         self.answered.insert(link);
         self.tell_child(link, &ids, true);
     }
@@ -1875,6 +1889,42 @@ mod tests {
         s.run();
     }
 
+    /// Found end to end (two shrinks at once, one below the other): rank 3 re-links while
+    /// rank 7 below it is still on its way to it, re-homing past a daemon that left. The
+    /// answer to rank 3's hello names job 4, which runs on rank 7, though no link reaches 7
+    /// now: rank 3 keeps the job, and so does rank 7 when it arrives.
+    #[test]
+    fn a_daemon_that_re_links_ahead_of_a_rank_on_its_way_to_it_keeps_that_ranks_job() {
+        let mut s = job_on_rank_7();
+        s.push(3, Input::Children(vec![]));
+        let kids = vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))];
+        s.push(1, Input::Children(kids));
+        let kids = vec![(1, 1, "1,3,5".parse().unwrap()), (2, 2, s.subtree(2))];
+        s.push(0, Input::Children(kids));
+        s.push(3, uplink(None));
+        s.push(3, uplink(Some(1)));
+        s.run();
+        assert!(s.mods[3].jobs().any(|(id, _)| id == 4), "{:?}", s.logs);
+        s.push(3, Input::Children(vec![(7, 7, IdSet::range(7, 7))]));
+        s.push(7, uplink(None));
+        s.push(7, uplink(Some(3)));
+        s.run();
+        assert!(s.killed.is_empty(), "{:?} {:?}", s.killed, s.logs);
+        no_exception(&s);
+        assert!(s.mods[7].jobs().any(|(id, _)| id == 4));
+    }
+
+    /// The job manager heard no exception.
+    fn no_exception(s: &Sim) {
+        assert!(
+            !s.events
+                .iter()
+                .any(|e| matches!(e, JobEvent::Exception { .. })),
+            "{:?}",
+            s.events
+        );
+    }
+
     /// The job ended and no daemon still connected holds it.
     fn held_nowhere(s: &Sim) {
         assert!(
@@ -1986,13 +2036,7 @@ mod tests {
                 s.events
             );
         }
-        assert!(
-            !s.events
-                .iter()
-                .any(|e| matches!(e, JobEvent::Exception { .. })),
-            "{:?}",
-            s.events
-        );
+        no_exception(s);
     }
 
     #[test]

@@ -351,7 +351,13 @@ impl World {
             }
             Action::Report(r) => {
                 self.roster.set(*r, State::Wired);
-                camp(self, campaign::Input::Wired([*r].into_iter().collect()))
+                camp(
+                    self,
+                    campaign::Input::Wired {
+                        ranks: [*r].into_iter().collect(),
+                        unsettled: IdSet::new(),
+                    },
+                )
             }
             Action::LaunchFails(r) => {
                 self.exited.insert(*r);

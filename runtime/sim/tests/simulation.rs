@@ -913,16 +913,18 @@ proptest! {
     /// and then go to a daemon that has just re-homed, with its earlier jobs still running.
     #[test]
     fn shrinks_while_jobs_arrive_fail_no_job(
-        n in 3u32..30,
+        // Up to 47 daemons: at radix 2 a line of five (1, 3, 7, 15, 31) below the
+        // controller, so a shrink can have targets and survivors on both sides of another.
+        n in 3u32..48,
         radix in 2u32..4,
         latency in proptest::collection::vec(0u64..8, 16),
         jobs in proptest::collection::vec(
             ((0u64..8, 0u64..40), proptest::option::of(1u32..40), 0u64..4_000,
-             prop_oneof![3 => (1u32..30).prop_map(Some), 1 => Just(None)]),
+             prop_oneof![3 => (1u32..48).prop_map(Some), 1 => Just(None)]),
             1..16,
         ),
         shrinks in proptest::collection::vec(
-            ((0u64..6, 0u64..40), prop_oneof![3 => 0u32..3, 1 => 0u32..30]),
+            ((0u64..6, 0u64..40), prop_oneof![3 => 0u32..3, 1 => 0u32..48]),
             1..4,
         ),
         release in any::<bool>(),
@@ -931,6 +933,36 @@ proptest! {
         let jobs = jobs.into_iter().map(|(t, nprocs, run_ms, on)| (burst(t), nprocs, run_ms, on));
         let shrinks = shrinks.into_iter().map(|(t, rank)| (burst(t), rank));
         scenario_with_shrinks(n, radix, latency, jobs.collect(), shrinks.collect(), release)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(sim_config())]
+
+    /// Shrinks down one line of a radix-2 tree (ranks 1, 3, 7, 15: each above the next, 31
+    /// below them all), any of them, in any order, a few milliseconds apart, while long
+    /// jobs run on the ranks below: each shrink's targets and survivors sit on both sides
+    /// of another's. No job may fail and every shrink ends on its departures.
+    #[test]
+    fn shrinks_down_one_line_fail_no_job_below(
+        n in 32u32..48,
+        latency in proptest::collection::vec(0u64..8, 16),
+        line in proptest::sample::subsequence(vec![1u32, 3, 7, 15], 2..=4)
+            .prop_shuffle(),
+        gaps in proptest::collection::vec(0u64..12, 4),
+        on in proptest::sample::subsequence(vec![31u32, 32, 23, 16, 40], 1..=3),
+    ) {
+        let jobs = on.iter().map(|r| (0, None, 20_000, Some(r - 1))).collect();
+        let mut at = 5_000;
+        let shrinks = line
+            .iter()
+            .zip(&gaps)
+            .map(|(r, gap)| {
+                at += gap;
+                (at, r - 1)
+            })
+            .collect();
+        scenario_with_shrinks(n, 2, latency, jobs, shrinks, false)?;
     }
 }
 
@@ -1070,4 +1102,58 @@ fn a_shrink_above_a_departing_daemon_fails_no_job_below_both() {
 #[test]
 fn a_target_that_leaves_while_cut_off_departs_when_the_survivor_above_reports_back() {
     shrinks_of_1_and_7_of_27(vec![(5000, 6), (5000, 26)]);
+}
+
+/// Found by the end-to-end test of the same two shrinks: rank 7 leaves first, its children
+/// 15 and 23 re-home to rank 3, but rank 3 re-links past rank 1 (which left too) before
+/// they reach it. The controller's answer to rank 3's hello named only the jobs of the
+/// ranks it then reported: the job on 15 and 23 was not among them, so rank 3 took it for a
+/// stray, and so did 15 and 23 when they came, killing it.
+#[test]
+fn a_daemon_that_re_links_before_the_ranks_re_homing_to_it_keeps_their_jobs() {
+    for latency in [
+        vec![1, 2, 1, 3],
+        vec![3, 1, 2, 1],
+        vec![1, 1, 1, 1],
+        vec![2, 5, 1, 7],
+    ] {
+        let mut sim = Sim::formed_with(24, 2, latency.clone());
+        sim.submit(0, Some(2), Some(vec!["h15".into(), "h23".into()]), 60_000);
+        sim.run_until(3_100);
+        let long = sim.tools.values().find_map(|t| t.id).expect("job accepted");
+        assert!(sim.running.contains_key(&(15, long)), "{:?}", sim.running);
+        sim.make_elastic(vec![]);
+        sim.tool_hello();
+        sim.shrink(vec!["h7".into()]);
+        sim.shrink(vec!["h1".into()]);
+        sim.run_until(sim.now + 5_000);
+        assert!(sim.violation.is_none(), "{:?}", sim.violation);
+        assert!(sim.exited[1] && sim.exited[7], "latency {latency:?}");
+        for r in [15, 23] {
+            assert!(
+                sim.running.contains_key(&(r, long)),
+                "latency {latency:?}: job {long} no longer runs on rank {r}: {:#?}",
+                sim.tools
+            );
+        }
+    }
+}
+
+/// Found by review: three shrinks at once down one line of the tree (ranks 7, 1 and 15;
+/// 1 above 3 above 7 above 15 above 31), long jobs on ranks 31 and 32. Rank 15, on its way
+/// to rank 3 after 7 left, was counted gone with 7; 31 came back through 15, which was
+/// still there and leaving, and the job on 31 failed when 15 left for real.
+#[test]
+fn shrinks_down_one_line_of_the_tree_fail_no_job_below_them() {
+    let latency = vec![2, 1, 4, 2, 4, 3, 1, 1, 0, 7, 0, 4, 5, 5, 4, 0];
+    let jobs = vec![(0, None, 20_000, Some(30)), (0, None, 20_000, Some(31))];
+    for shrinks in [
+        vec![(5000, 6), (5000, 0), (5000, 14)],
+        vec![(5000, 14), (5000, 0), (5000, 6)],
+        vec![(5000, 6), (5000, 14)],
+        vec![(5000, 14), (5000, 6)],
+    ] {
+        scenario_with_shrinks(33, 2, latency.clone(), jobs.clone(), shrinks.clone(), false)
+            .unwrap_or_else(|e| panic!("shrinks {shrinks:?}: {e}"));
+    }
 }

@@ -214,8 +214,11 @@ pub enum Output {
     },
     /// The controller: these ranks reported in, all in one report (wired now, or already:
     /// a daemon that reconnects reports its whole subtree; a departing rank stays
-    /// departing).
-    Wired(IdSet),
+    /// departing); `unsettled` are those reached through a daemon that is leaving.
+    Wired {
+        ranks: IdSet,
+        unsettled: IdSet,
+    },
     /// An event came up from a child (towards the controller).
     EventFromBelow(dvmlab_proto::event::Travelling),
     /// An event came down from the parent (for this daemon's clients and those below).

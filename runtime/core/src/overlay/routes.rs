@@ -79,9 +79,15 @@ impl Node {
         }
         if self.is_controller() {
             let mut reported = IdSet::new();
+            let mut unsettled = IdSet::new();
             for m in &accepted {
                 self.roster.set(m.rank, State::Wired);
                 reported.insert(m.rank);
+                // Reached only through a daemon that is leaving, a rank will move again
+                // when it goes: a shrink waits until it reports along daemons that stay.
+                if !self.through_staying(m.rank) {
+                    unsettled.insert(m.rank);
+                }
                 // A departing daemon reported again was cut off on its way out, and the
                 // order to leave may have been lost with its old route: it is told again.
                 if self.roster.state(m.rank) == Some(State::Departing) {
@@ -91,7 +97,10 @@ impl Node {
                 self.tell_dropped(m.rank);
             }
             self.check_formed();
-            self.emit(Output::Wired(reported));
+            self.emit(Output::Wired {
+                ranks: reported,
+                unsettled,
+            });
         } else if let Some((up, _)) = self.up {
             let epoch = self.epoch;
             for m in &mut accepted {
@@ -99,6 +108,29 @@ impl Node {
             }
             self.send(up, DaemonMsg::Report { members: accepted });
         }
+    }
+
+    /// Controller: whether every daemon between `rank` and here, as reported, stays (none
+    /// departing or departed, none unknown).
+    fn through_staying(&self, rank: Rank) -> bool {
+        let mut at = rank;
+        // A chain of reported parents is at most as long as the DVM is large.
+        for _ in 0..self.roster.len() {
+            let Some(parent) = self.below.get(&at).map(|m| m.parent) else {
+                return false;
+            };
+            if parent == self.me {
+                return true;
+            }
+            if matches!(
+                self.roster.state(parent),
+                Some(State::Departing | State::Departed)
+            ) {
+                return false;
+            }
+            at = parent;
+        }
+        false
     }
 
     pub(super) fn on_lost(&mut self, link: LinkId, ranks: Vec<RankEpoch>) {
