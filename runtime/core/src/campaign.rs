@@ -1662,6 +1662,28 @@ mod tests {
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
+    /// Found by review: a rank reported through a leaving daemon may be reported again, along
+    /// daemons that stay, before any loss of it reaches the controller (its new path's
+    /// report can overtake its old route's end): that report alone settles it.
+    #[test]
+    fn a_report_along_daemons_that_stay_settles_a_rank_without_a_loss_first() {
+        let (mut c, mut roster, tree) = dvm_of(16);
+        c.handle(&mut roster, req(7, Directive::Release, &["h3", "h7"], true));
+        lose_subtree(&mut c, &mut roster, &tree, 3, &[]);
+        for r in [11, 15] {
+            roster.set(r, State::Wired);
+        }
+        c.handle(
+            &mut roster,
+            Input::Wired {
+                ranks: ids(&[11, 15]),
+                unsettled: ids(&[15]),
+            },
+        );
+        let out = c.handle(&mut roster, wired(ids(&[15])));
+        assert_eq!(terminals(&out).len(), 1, "{out:?}");
+    }
+
     /// Found by review: below a survivor that crashed, everything cut off is lost anyway
     /// (no shrink re-routes it): a target's loss there is its departure, at once.
     #[test]
