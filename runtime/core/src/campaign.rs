@@ -68,7 +68,8 @@ pub enum Input {
     Request(Request),
     /// These ranks reported in, in one report: reachable through the tree (a daemon that
     /// reconnects reports its whole subtree at once). `unsettled` are those of them reached
-    /// through a daemon that is departing or departed: they will move again.
+    /// through a daemon that is departing or departed (or one the controller does not
+    /// know): they will move again.
     Wired {
         ranks: IdSet,
         unsettled: IdSet,
@@ -245,8 +246,8 @@ pub struct Campaigns {
     /// and that survivor: whether the target is still there shows when the survivor
     /// reports back with its subtree.
     unresolved: BTreeMap<Rank, Rank>,
-    /// Ranks last reported through a daemon that is departing or departed: not re-routed
-    /// for good yet.
+    /// Ranks last reported through a daemon that is departing, departed or unknown: not
+    /// re-routed for good yet (at most every rank of the DVM).
     unsettled: IdSet,
 }
 
