@@ -611,7 +611,6 @@ fn two_shrinks_at_once_one_below_the_other_fail_no_job_and_end_on_the_departures
         &dir.join("long.out"),
     );
     wait_job_state(&dvm, 1, "RUNNING");
-    let begun = std::time::Instant::now();
     let held = &dvm;
     let (shrinks, others) = std::thread::scope(|sc| {
         let shrinks: Vec<_> = ["n01", "n07"]
@@ -627,12 +626,16 @@ fn two_shrinks_at_once_one_below_the_other_fail_no_job_and_end_on_the_departures
         let shrinks: Vec<_> = shrinks.into_iter().map(|t| t.join().unwrap()).collect();
         (shrinks, others)
     });
-    let took = begun.elapsed();
     for (ok, out, err) in &shrinks {
         assert!(ok, "{out}{err}\n{}", dvm.cluster.logs_tail(40));
     }
-    // Ended by the departures, not cut off at the launch timeout (20 s here).
-    assert!(took < Duration::from_secs(10), "the shrinks took {took:?}");
+    // Ended by the departures, not cut off at the launch timeout (the controller logs
+    // each target it cut off and each survivor it stopped waiting for).
+    let log = dvm.cluster.log("ctl");
+    assert!(
+        !log.contains("did not leave within") && !log.contains("not waiting any longer"),
+        "{log}"
+    );
     for (code, _, err) in &others {
         assert_eq!(*code, Some(0), "a job failed during the shrinks: {err}");
     }

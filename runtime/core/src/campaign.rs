@@ -1173,12 +1173,22 @@ mod tests {
         (below, out)
     }
 
-    /// A report of `ranks`, none of them through a daemon that is leaving.
-    fn wired(ranks: IdSet) -> Input {
-        Input::Wired {
-            ranks,
-            unsettled: IdSet::new(),
+    /// `ranks` report in, `unsettled` of them through a daemon that is leaving, as the
+    /// controller hears it: wired in the roster, then one input.
+    fn report(
+        c: &mut Campaigns,
+        roster: &mut Roster,
+        ranks: &[Rank],
+        unsettled: &[Rank],
+    ) -> Vec<Output> {
+        for &r in ranks {
+            roster.set(r, State::Wired);
         }
+        let input = Input::Wired {
+            ranks: ids(ranks),
+            unsettled: ids(unsettled),
+        };
+        c.handle(roster, input)
     }
 
     fn tool(link: LinkId) -> Proc {
@@ -1257,23 +1267,21 @@ mod tests {
             launch_open: true
         })));
         assert!(terminals(&out).is_empty(), "phase one claims nothing");
-        roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[4])));
+        let out = report(&mut c, &mut roster, &[4], &[]);
         assert!(terminals(&out).is_empty(), "one of two wired is not done");
         assert_eq!(
             roster.compute_ranks(),
             vec![1, 2, 3],
             "a wired rank of a pending grow runs nothing"
         );
-        roster.set(5, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[5])));
+        let out = report(&mut c, &mut roster, &[5], &[]);
         assert_eq!(
             terminals(&out),
             vec![(DVM_IS_READY, None, "tool@0.7".into())]
         );
         assert!(out.contains(&Output::Fence(Fence::OPEN)));
         assert_eq!(roster.compute_ranks(), vec![1, 2, 3, 4, 5]);
-        let out = c.handle(&mut roster, wired(ids(&[4, 5])));
+        let out = report(&mut c, &mut roster, &[4, 5], &[]);
         assert!(terminals(&out).is_empty(), "exactly one terminal event");
     }
 
@@ -1288,8 +1296,7 @@ mod tests {
             fault: Some(Fault::DuplicateTerminal),
         });
         c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
-        roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[4])));
+        let out = report(&mut c, &mut roster, &[4], &[]);
         assert_eq!(
             terminals(&out),
             vec![(DVM_IS_READY, None, "tool@0.7".into()); 2]
@@ -1313,8 +1320,7 @@ mod tests {
             r.origin.wait = true;
         }
         c.handle(&mut roster, push);
-        roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[4])));
+        let out = report(&mut c, &mut roster, &[4], &[]);
         assert!(terminals(&out).is_empty(), "a push has no requester");
         assert!(out.iter().any(|o| matches!(
             o,
@@ -1330,8 +1336,7 @@ mod tests {
         let (mut c, mut roster) = dvm();
         let before = members(&roster);
         c.handle(&mut roster, req(7, Directive::New, &["n4", "n5"], true));
-        roster.set(4, State::Wired);
-        c.handle(&mut roster, wired(ids(&[4])));
+        report(&mut c, &mut roster, &[4], &[]);
         let out = c.handle(
             &mut roster,
             Input::LaunchExited {
@@ -1382,8 +1387,7 @@ mod tests {
         c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
         let out = c.handle(&mut roster, Input::LaunchExited { rank: 4, status: 0 });
         assert!(terminals(&out).is_empty());
-        roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[4])));
+        let out = report(&mut c, &mut roster, &[4], &[]);
         assert_eq!(terminals(&out).len(), 1);
     }
 
@@ -1402,8 +1406,7 @@ mod tests {
             "the other grow still holds"
         );
         assert_eq!(roster.state(4), Some(State::Waiting));
-        roster.set(4, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[4])));
+        let out = report(&mut c, &mut roster, &[4], &[]);
         assert_eq!(
             terminals(&out),
             vec![(DVM_IS_READY, None, "tool@0.7".into())]
@@ -1517,8 +1520,7 @@ mod tests {
             !out.iter().any(|o| matches!(o, Output::Lost(_))),
             "re-routing is not a loss: the jobs on rank 3 go on: {out:?}"
         );
-        roster.set(3, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[3])));
+        let out = report(&mut c, &mut roster, &[3], &[]);
         assert!(
             out.iter()
                 .any(|o| matches!(o, Output::OfferRelease { component: 0, .. })),
@@ -1561,10 +1563,7 @@ mod tests {
             "{out:?}"
         );
         // 7 and the rest come back through rank 1: the shrink of 3 is over.
-        for &r in &below_3 {
-            roster.set(r, State::Wired);
-        }
-        let out = c.handle(&mut roster, wired(below_3.iter().copied().collect()));
+        let out = report(&mut c, &mut roster, &below_3, &[]);
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
         // Rank 1 leaves, and cuts them off again: they re-route, and are no job's failure.
         let (_, out) = lose_subtree(&mut c, &mut roster, &tree, 1, &[3]);
@@ -1598,10 +1597,7 @@ mod tests {
         assert_eq!(roster.state(7), Some(State::Departing), "{out:?}");
         assert!(terminals(&out).is_empty(), "{out:?}");
         // Rank 3 re-routes, and reports 7 and its children with it; then 7 leaves for good.
-        for &r in &below_1 {
-            roster.set(r, State::Wired);
-        }
-        let out = c.handle(&mut roster, wired(below_1.iter().copied().collect()));
+        let out = report(&mut c, &mut roster, &below_1, &[]);
         assert_eq!(roster.state(7), Some(State::Departing), "{out:?}");
         assert!(terminals(&out).is_empty(), "{out:?}");
         let out = c.handle(&mut roster, Input::Lost(ids(&[7])));
@@ -1622,10 +1618,7 @@ mod tests {
         let (below_1, _) = lose_subtree(&mut c, &mut roster, &tree, 1, &[]);
         assert_eq!(roster.state(7), Some(State::Departing));
         let back: Vec<Rank> = below_1.into_iter().filter(|&r| r != 7).collect();
-        for &r in &back {
-            roster.set(r, State::Wired);
-        }
-        let out = c.handle(&mut roster, wired(back.into_iter().collect()));
+        let out = report(&mut c, &mut roster, &back, &[]);
         assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
         assert_eq!(terminals(&out).len(), 2, "{out:?}");
     }
@@ -1643,23 +1636,12 @@ mod tests {
         let below_3: Vec<Rank> = (4..16)
             .filter(|&r| r != 7 && tree.ancestors(r).contains(&3))
             .collect();
-        for &r in &below_3 {
-            roster.set(r, State::Wired);
-        }
-        let ranks: IdSet = below_3.iter().copied().collect();
-        let out = c.handle(
-            &mut roster,
-            Input::Wired {
-                ranks,
-                unsettled: ids(&[15]),
-            },
-        );
+        let out = report(&mut c, &mut roster, &below_3, &[15]);
         assert!(terminals(&out).is_empty(), "{out:?}");
         roster.set(15, State::Lost);
         let out = c.handle(&mut roster, Input::Lost(ids(&[15])));
         assert!(!out.iter().any(|o| matches!(o, Output::Lost(_))), "{out:?}");
-        roster.set(15, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[15])));
+        let out = report(&mut c, &mut roster, &[15], &[]);
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
@@ -1671,17 +1653,8 @@ mod tests {
         let (mut c, mut roster, tree) = dvm_of(16);
         c.handle(&mut roster, req(7, Directive::Release, &["h3", "h7"], true));
         lose_subtree(&mut c, &mut roster, &tree, 3, &[]);
-        for r in [11, 15] {
-            roster.set(r, State::Wired);
-        }
-        c.handle(
-            &mut roster,
-            Input::Wired {
-                ranks: ids(&[11, 15]),
-                unsettled: ids(&[15]),
-            },
-        );
-        let out = c.handle(&mut roster, wired(ids(&[15])));
+        report(&mut c, &mut roster, &[11, 15], &[15]);
+        let out = report(&mut c, &mut roster, &[15], &[]);
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
@@ -1694,8 +1667,7 @@ mod tests {
         let (_, out) = lose_subtree(&mut c, &mut roster, &tree, 3, &[]);
         assert_eq!(roster.state(7), Some(State::Departed), "{out:?}");
         // What remains is 7's child re-routing, as in any shrink.
-        roster.set(15, State::Wired);
-        let out = c.handle(&mut roster, wired(ids(&[15])));
+        let out = report(&mut c, &mut roster, &[15], &[]);
         assert_eq!(terminals(&out).len(), 1, "{out:?}");
     }
 
@@ -1803,8 +1775,7 @@ mod tests {
     fn an_allocation_extends_and_releases_by_its_id() {
         let (mut c, mut roster) = dvm();
         c.handle(&mut roster, req(7, Directive::New, &["n4"], true));
-        roster.set(4, State::Wired);
-        c.handle(&mut roster, wired(ids(&[4])));
+        report(&mut c, &mut roster, &[4], &[]);
         let mut ext = req(7, Directive::Extend, &["n5"], true);
         if let Input::Request(r) = &mut ext {
             r.alloc_id = Some("alloc.1".into());
@@ -1813,8 +1784,7 @@ mod tests {
         assert!(
             matches!(&out[0], Output::Reply { reply: ToolReply::Allocated { alloc_id, .. }, .. } if alloc_id == "alloc.1")
         );
-        roster.set(5, State::Wired);
-        c.handle(&mut roster, wired(ids(&[5])));
+        report(&mut c, &mut roster, &[5], &[]);
         let mut rel = req(7, Directive::Release, &[], true);
         if let Input::Request(r) = &mut rel {
             r.alloc_id = Some("alloc.1".into());

@@ -1832,11 +1832,7 @@ mod tests {
         let live: IdSet = "1,3-6".parse().unwrap();
         s.each(&live, |_| Input::ShellExited { id: 2, status: 9 });
         s.each(&live, |_| Input::EpilogDone { id: 2 });
-        assert!(
-            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
-            "{:?}",
-            s.events
-        );
+        job_ended(&s);
     }
 
     #[test]
@@ -1862,11 +1858,7 @@ mod tests {
             s.events
         );
         s.each(&live, |_| Input::EpilogDone { id: 3 });
-        assert!(
-            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
-            "{:?}",
-            s.events
-        );
+        job_ended(&s);
     }
 
     /// 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4 runs on rank 7 alone.
@@ -1878,13 +1870,18 @@ mod tests {
         s
     }
 
-    /// Rank 3 finds rank 7 silent and drops it; the controller hears it lost.
-    fn rank_7_lost(s: &mut Sim) {
+    /// Rank 3 finds rank 7 silent and drops it; the subtrees above shrink to match.
+    fn rank_7_cut_off(s: &mut Sim) {
         s.push(3, Input::Children(vec![]));
         let kids = vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))];
         s.push(1, Input::Children(kids));
         let kids = vec![(1, 1, "1,3,5".parse().unwrap()), (2, 2, s.subtree(2))];
         s.push(0, Input::Children(kids));
+    }
+
+    /// Rank 7 is cut off, and the controller hears it lost.
+    fn rank_7_lost(s: &mut Sim) {
+        rank_7_cut_off(s);
         s.push(0, Input::Lost(IdSet::range(7, 7)));
         s.run();
     }
@@ -1896,11 +1893,7 @@ mod tests {
     #[test]
     fn a_daemon_that_re_links_ahead_of_a_rank_on_its_way_to_it_keeps_that_ranks_job() {
         let mut s = job_on_rank_7();
-        s.push(3, Input::Children(vec![]));
-        let kids = vec![(3, 3, IdSet::range(3, 3)), (5, 5, s.subtree(5))];
-        s.push(1, Input::Children(kids));
-        let kids = vec![(1, 1, "1,3,5".parse().unwrap()), (2, 2, s.subtree(2))];
-        s.push(0, Input::Children(kids));
+        rank_7_cut_off(&mut s);
         s.push(3, uplink(None));
         s.push(3, uplink(Some(1)));
         s.run();
@@ -1925,13 +1918,18 @@ mod tests {
         );
     }
 
-    /// The job ended and no daemon still connected holds it.
-    fn held_nowhere(s: &Sim) {
+    /// The job manager heard the job's last release.
+    fn job_ended(s: &Sim) {
         assert!(
             matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
             "{:?}",
             s.events
         );
+    }
+
+    /// The job ended and no daemon still connected holds it.
+    fn held_nowhere(s: &Sim) {
+        job_ended(s);
         // Rank 7 is cut off: what it holds is settled when it says hello again.
         for (r, m) in s.mods.iter().enumerate().filter(|(r, _)| *r != 7) {
             let held: Vec<JobId> = m.jobs().map(|(id, _)| id).collect();
@@ -2121,11 +2119,7 @@ mod tests {
         assert!(!s.mods[3].jobs.contains_key(&4));
         s.push(0, Input::Lost(on7));
         s.run();
-        assert!(
-            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
-            "{:?}",
-            s.events
-        );
+        job_ended(&s);
         for (r, m) in s.mods.iter().enumerate() {
             assert!(m.jobs.is_empty() && m.infos.is_empty(), "rank {r}");
             assert!(m.info_down.is_empty(), "rank {r}: {:?}", m.info_down);
@@ -2160,11 +2154,7 @@ mod tests {
             "{:?}",
             s.events
         );
-        assert!(
-            matches!(s.events.last(), Some(JobEvent::Released { last: true, .. })),
-            "{:?}",
-            s.events
-        );
+        job_ended(&s);
     }
 
     #[test]
