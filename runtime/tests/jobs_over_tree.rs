@@ -389,6 +389,41 @@ fn a_barrier_releases_no_process_before_every_process_of_the_job_entered_it() {
     dvm.stop_cleanly(&hosts);
 }
 
+#[test]
+fn a_process_that_exits_right_after_entering_a_barrier_still_entered_it() {
+    let Some((mut dvm, hosts)) = Dvm::formed("barrierexit", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    // Seven of the eight enter and exit at once, without waiting for the reply: their
+    // requests and their exits reach the daemon together.
+    let script = "echo 'barrier 1' >&3; [ $DVMLAB_PROC -lt 7 ] && exit 0; \
+                  read reply <&3; echo \"the last one left: $reply\"";
+    let (code, out, err) = prun(&dvm, &["--host", "n01", "-n", "8", "sh", "-c", script]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("the last one left: ok 1"), "{out}{err}");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
+fn a_long_line_on_the_barrier_socket_is_dropped_as_it_comes_and_the_next_barrier_still_works() {
+    let Some((mut dvm, hosts)) = Dvm::formed("barrierline", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    let before = status_kib(&dvm, "n01", "VmHWM");
+    // 8 MiB without a newline, then a real request: the daemon keeps none of the line.
+    let script = "head -c 8388608 /dev/zero | tr '\\0' x >&3; echo >&3; \
+                  echo 'barrier 1' >&3; read reply <&3; echo \"after the long line: $reply\"";
+    let (code, out, err) = prun(&dvm, &["--host", "n01", "-n", "1", "sh", "-c", script]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("after the long line: ok 1"), "{out}{err}");
+    let grew = status_kib(&dvm, "n01", "VmHWM").saturating_sub(before);
+    assert!(
+        grew < 2048,
+        "n01's peak memory grew by {grew} KiB while a process wrote an 8 MiB line on its barrier socket"
+    );
+    dvm.stop_cleanly(&hosts);
+}
+
 /// The signal numbers a thread of `pid` blocks, per thread other than the main one, from
 /// `/proc/PID/task/TID/status` (`SigBlk`, a hex mask with bit n-1 for signal n).
 fn helper_thread_masks(pid: u32) -> (u64, Vec<(u32, u64)>) {

@@ -22,7 +22,12 @@ use std::sync::{Arc, Mutex};
 use nix::fcntl::OFlag;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::{dup3, dup3_raw, Pid};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -82,7 +87,7 @@ impl Drop for StdinGone {
 struct Barriers {
     /// Local processes of the job, and the write side of each one's socket.
     procs: usize,
-    writers: Vec<tokio::net::unix::OwnedWriteHalf>,
+    writers: Vec<Arc<UnixStream>>,
     entered: HashMap<u64, usize>,
 }
 
@@ -187,8 +192,9 @@ impl Runner {
             if let Some(b) = b.get_mut(&id) {
                 b.entered.remove(&seq);
                 for w in &b.writers {
-                    // One short line on a fresh socket: the buffer always has room.
-                    if let Err(e) = w.try_write(format!("ok {seq}\n").as_bytes()) {
+                    // One short line on a socket the process reads its replies from: the
+                    // buffer has room (and the socket does not block).
+                    if let Err(e) = (&**w).write(format!("ok {seq}\n").as_bytes()) {
                         warn!("job {id}: barrier {seq} reply lost: {e}");
                     }
                 }
@@ -252,39 +258,57 @@ impl Runner {
                     return;
                 }
             }
-            let mut children = Vec::new();
-            let mut readers = Vec::new();
+            // Every local process of the job is watched in this one task (its exit, its
+            // output, its barrier socket): a node starting one process per job pays for no
+            // task of its own per process.
+            let mut running = FuturesUnordered::new();
+            let mut status = 0;
             let procs = spec.placement.procs_on(me);
             if let Ok(mut b) = barriers.lock() {
                 b.entry(id).or_default().procs = procs.len();
             }
-            for proc in procs {
-                // A node may start thousands of processes for one job: between two, the
-                // daemon's other work (heartbeats above all) gets its turn, or its links look
-                // dead to its parent and children while it spawns.
-                tokio::task::yield_now().await;
+            for (n, proc) in procs.into_iter().enumerate() {
+                if n > 0 {
+                    // A node may start thousands of processes for one job: between two, the
+                    // daemon's other work (heartbeats above all) gets its turn, or its links
+                    // look dead to its parent and children while it spawns; and the
+                    // processes that already exited are reaped, so it does not hold
+                    // thousands of zombies (pids are finite).
+                    tokio::task::yield_now().await;
+                    status = status.max(reap_ready(&mut running).await);
+                }
                 let feed = if proc == 0 { stdin_rx.take() } else { None };
                 let spawned = match slot.lock() {
                     Ok(mut slot) => spawn(&spec, id, proc, feed.is_some(), &mut slot),
                     Err(_) => Err(std::io::Error::other("barrier slot poisoned")),
                 };
-                match spawned {
-                    Ok((mut child, socket)) => {
+                let watched = spawned.and_then(|(mut child, socket)| {
+                    let socket = Arc::new(socket);
+                    // SAFETY: the socket stays open while registered: the registration holds
+                    // one of its references.
+                    let requests = unsafe {
+                        AsyncFd::register_with_interest(socket.clone(), Interest::READABLE)
+                    }?;
+                    Ok((child.stdin.take(), Watched { child, requests }))
+                });
+                match watched {
+                    Ok((stdin, w)) => {
                         if let Some(rx) = feed {
                             tokio::spawn(feed_stdin(
-                                child.stdin.take(),
+                                stdin,
                                 rx,
                                 stdin_queued.clone(),
                                 events.clone(),
                                 id,
                             ));
                         }
-                        let (read, write) = socket.into_split();
                         if let Ok(mut b) = barriers.lock() {
-                            b.entry(id).or_default().writers.push(write);
+                            b.entry(id)
+                                .or_default()
+                                .writers
+                                .push(w.requests.get_ref().clone());
                         }
-                        tokio::spawn(barrier_requests(read, barriers.clone(), events.clone(), id));
-                        if let Some(pid) = child.id() {
+                        if let Some(pid) = w.child.id() {
                             if let Ok(mut r) = reaper.lock() {
                                 r.started(pid as i32);
                             }
@@ -294,54 +318,18 @@ impl Runner {
                             if let (Some(ns), Ok(mut t)) = (&nspace, procs_table.lock()) {
                                 t.insert(pid as i32, (ns.clone(), proc));
                             }
-                        }
-                        let pid = child.id().map(|p| p as i32);
-                        if log_starts {
-                            info!(
-                                "job {id} process {proc} started on rank {me} (pid {})",
-                                pid.unwrap_or(0)
-                            );
-                        }
-                        let table = procs_table.clone();
-                        for (stream, pipe) in [
-                            (Stream::Stdout, child.stdout.take().map(box_reader)),
-                            (Stream::Stderr, child.stderr.take().map(box_reader)),
-                        ] {
-                            if let Some(r) = pipe {
-                                readers.push(tokio::spawn(forward(
-                                    r,
-                                    events.clone(),
-                                    id,
-                                    proc,
-                                    stream,
-                                )));
+                            if log_starts {
+                                info!("job {id} process {proc} started on rank {me} (pid {pid})");
                             }
                         }
-                        // Waited for at once, so a process that exits while its siblings are
-                        // still being started is reaped at once: a node starting thousands
-                        // for one job does not hold thousands of zombies (pids are finite).
-                        let told = events.clone();
-                        children.push(tokio::spawn(async move {
-                            let st = match child.wait().await {
-                                Ok(st) => st.into_raw(),
-                                Err(e) => {
-                                    warn!("waiting for a process of job {id}: {e}");
-                                    1 << 8
-                                }
-                            };
-                            if let (Some(pid), Ok(mut t)) = (pid, table.lock()) {
-                                t.remove(&pid);
-                            }
-                            // For PMIx events: the job's other processes may hear of it.
-                            let _ = told
-                                .send(Input::ProcExited {
-                                    id,
-                                    proc,
-                                    status: st,
-                                })
-                                .await;
-                            st
-                        }));
+                        running.push(watch(
+                            w,
+                            proc,
+                            id,
+                            events.clone(),
+                            barriers.clone(),
+                            procs_table.clone(),
+                        ));
                     }
                     Err(e) => {
                         send(Input::LocalFailure {
@@ -350,9 +338,7 @@ impl Runner {
                         })
                         .await;
                         kill_groups(&groups, id, Signal::SIGKILL);
-                        for c in children {
-                            let _ = c.await;
-                        }
+                        while running.next().await.is_some() {}
                         forget_groups(&groups, &reaper, id);
                         send(Input::ShellExited {
                             id,
@@ -364,15 +350,10 @@ impl Runner {
                 }
             }
             send(Input::ShellStarted { id }).await;
-            let mut status = 0;
-            for c in children {
-                // A wait task that could not finish counts as a failed process.
-                status = status.max(c.await.unwrap_or(1 << 8));
-            }
-            // All output before the exit: the tool must have all of it when the job ends.
-            // (A process that left a child holding its pipes gets a second, not forever.)
-            for r in readers {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), r).await;
+            // Each ends once its process exited and its output was read to the end: the
+            // tool must have all of it when the job ends.
+            while let Some(st) = running.next().await {
+                status = status.max(st);
             }
             forget_groups(&groups, &reaper, id);
             if let Ok(mut b) = barriers.lock() {
@@ -423,10 +404,103 @@ impl Runner {
     }
 }
 
-type Reader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+/// One local process of a job, as started: what it is watched by.
+struct Watched {
+    child: tokio::process::Child,
+    /// Its barrier socket, for the requests it writes (readiness to read only: the replies
+    /// are written without waiting).
+    requests: AsyncFd<Arc<UnixStream>>,
+}
 
-fn box_reader<R: tokio::io::AsyncRead + Unpin + Send + 'static>(r: R) -> Reader {
-    Box::new(r)
+/// How long a process's output is read after it exited, when something it left running
+/// holds its pipes: the job ends anyway.
+const OUTPUT_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Watches process `proc` until it exited and its output was read to the end (or
+/// [`OUTPUT_AFTER_EXIT`] after its exit); its wait status. Its exit is reported at once
+/// (for PMIx events: the job's other processes may hear of it), its output as it comes,
+/// and its barrier requests until it exits.
+async fn watch(
+    w: Watched,
+    proc: u32,
+    id: JobId,
+    events: mpsc::Sender<Input>,
+    barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
+    table: ProcTable,
+) -> i32 {
+    let Watched {
+        mut child,
+        requests,
+    } = w;
+    let pid = child.id().map(|p| p as i32);
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    let output = async {
+        tokio::join!(
+            forward(out, events.clone(), id, proc, Stream::Stdout),
+            forward(err, events.clone(), id, proc, Stream::Stderr),
+        )
+    };
+    let exit = async {
+        let st = match child.wait().await {
+            Ok(st) => st.into_raw(),
+            Err(e) => {
+                warn!("waiting for a process of job {id}: {e}");
+                1 << 8
+            }
+        };
+        if let (Some(pid), Ok(mut t)) = (pid, table.lock()) {
+            t.remove(&pid);
+        }
+        let _ = events
+            .send(Input::ProcExited {
+                id,
+                proc,
+                status: st,
+            })
+            .await;
+        st
+    };
+    let mut requests = BarrierRequests::new(requests);
+    tokio::pin!(output, exit);
+    let (mut output_done, mut requests_done) = (false, false);
+    let status = {
+        let serving = requests.serve(&barriers, &events, id);
+        tokio::pin!(serving);
+        loop {
+            tokio::select! {
+                st = &mut exit => break st,
+                _ = &mut output, if !output_done => output_done = true,
+                _ = &mut serving, if !requests_done => requests_done = true,
+            }
+        }
+    };
+    if !requests_done {
+        requests.drain(&barriers, &events, id).await;
+    }
+    if !output_done {
+        tokio::select! {
+            biased;
+            _ = &mut output => {}
+            _ = tokio::time::sleep(OUTPUT_AFTER_EXIT) => {}
+        }
+    }
+    status
+}
+
+/// The greatest wait status among the processes in `running` that already ended (0 if
+/// none), without waiting for the others.
+async fn reap_ready<F: std::future::Future<Output = i32>>(
+    running: &mut FuturesUnordered<F>,
+) -> i32 {
+    std::future::poll_fn(|cx| {
+        let mut status = 0;
+        while let std::task::Poll::Ready(Some(st)) = running.poll_next_unpin(cx) {
+            status = status.max(st);
+        }
+        std::task::Poll::Ready(status)
+    })
+    .await
 }
 
 /// The job's processes were reaped: once their groups empty, the numbers may be reused, so
@@ -449,33 +523,112 @@ fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal)
     }
 }
 
-/// Reads `barrier SEQ` lines from one process; once every local process of the job entered
-/// SEQ, this rank's shell has entered it.
-async fn barrier_requests(
-    read: tokio::net::unix::OwnedReadHalf,
-    barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
-    events: mpsc::Sender<Input>,
-    id: JobId,
-) {
-    let mut lines = BufReader::new(read).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Some(seq) = line
-            .strip_prefix("barrier ")
-            .and_then(|s| s.trim().parse::<u64>().ok())
-        else {
-            warn!("job {id}: not a barrier request: {line:?}");
-            continue;
-        };
-        let complete = barriers.lock().ok().is_some_and(|mut b| {
-            b.get_mut(&id).is_some_and(|b| {
-                let n = b.entered.entry(seq).or_default();
-                *n += 1;
-                *n == b.procs
-            })
-        });
-        if complete {
-            let _ = events.send(Input::ShellBarrier { id, seq }).await;
+/// The longest line a process may write on its barrier socket (`barrier SEQ` takes 28
+/// bytes at most): a longer one is not a request, and is dropped as it comes rather than
+/// kept, so a process cannot make its daemon hold what it writes there.
+const MAX_BARRIER_LINE: usize = 64;
+
+/// One process's barrier socket, and the part of a line it wrote so far. Each `barrier SEQ`
+/// line enters barrier SEQ; once every local process of the job entered it, this rank's
+/// shell has.
+struct BarrierRequests {
+    socket: AsyncFd<Arc<UnixStream>>,
+    line: Vec<u8>,
+    too_long: bool,
+}
+
+impl BarrierRequests {
+    fn new(socket: AsyncFd<Arc<UnixStream>>) -> BarrierRequests {
+        BarrierRequests {
+            socket,
+            line: Vec::new(),
+            too_long: false,
         }
+    }
+
+    /// Reads requests until the process (and whatever it left running) closed the socket.
+    async fn serve(
+        &mut self,
+        barriers: &Mutex<HashMap<JobId, Barriers>>,
+        events: &mpsc::Sender<Input>,
+        id: JobId,
+    ) {
+        let mut chunk = [0u8; 256];
+        loop {
+            let Ok(mut ready) = self.socket.readable().await else {
+                return;
+            };
+            let n = match ready.try_io(|s| (&**s.get_ref()).read(&mut chunk)) {
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(n)) => n,
+                Err(_would_block) => continue,
+            };
+            for seq in self.take(&chunk[..n], id) {
+                enter_barrier(barriers, events, id, seq).await;
+            }
+        }
+    }
+
+    /// Reads what requests are there already, without waiting for more: a process that
+    /// exited right after writing one still entered that barrier.
+    async fn drain(
+        &mut self,
+        barriers: &Mutex<HashMap<JobId, Barriers>>,
+        events: &mpsc::Sender<Input>,
+        id: JobId,
+    ) {
+        let mut chunk = [0u8; 256];
+        while let Ok(n @ 1..) = (&**self.socket.get_ref()).read(&mut chunk) {
+            for seq in self.take(&chunk[..n], id) {
+                enter_barrier(barriers, events, id, seq).await;
+            }
+        }
+    }
+
+    /// The barriers the complete lines in `bytes` enter; what is not a request is dropped
+    /// (with a warning), a line longer than [`MAX_BARRIER_LINE`] as it comes.
+    fn take(&mut self, bytes: &[u8], id: JobId) -> Vec<u64> {
+        let mut seqs = Vec::new();
+        for &b in bytes {
+            if b != b'\n' {
+                if self.line.len() < MAX_BARRIER_LINE {
+                    self.line.push(b);
+                } else {
+                    self.too_long = true;
+                }
+                continue;
+            }
+            let text = String::from_utf8_lossy(&self.line);
+            match text
+                .strip_prefix("barrier ")
+                .and_then(|s| s.trim().parse::<u64>().ok())
+            {
+                Some(seq) if !self.too_long => seqs.push(seq),
+                _ => warn!("job {id}: not a barrier request: {text:?}"),
+            }
+            self.line.clear();
+            self.too_long = false;
+        }
+        seqs
+    }
+}
+
+/// One local process of job `id` entered barrier `seq`; the last of them tells job-exec.
+async fn enter_barrier(
+    barriers: &Mutex<HashMap<JobId, Barriers>>,
+    events: &mpsc::Sender<Input>,
+    id: JobId,
+    seq: u64,
+) {
+    let complete = barriers.lock().ok().is_some_and(|mut b| {
+        b.get_mut(&id).is_some_and(|b| {
+            let n = b.entered.entry(seq).or_default();
+            *n += 1;
+            *n == b.procs
+        })
+    });
+    if complete {
+        let _ = events.send(Input::ShellBarrier { id, seq }).await;
     }
 }
 
@@ -522,10 +675,9 @@ fn spawn(
     proc: u32,
     stdin: bool,
     slot: &mut BarrierSlot,
-) -> std::io::Result<(tokio::process::Child, tokio::net::UnixStream)> {
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+) -> std::io::Result<(tokio::process::Child, UnixStream)> {
+    let (ours, theirs) = UnixStream::pair()?;
     ours.set_nonblocking(true)?;
-    let ours = tokio::net::UnixStream::from_std(ours)?;
     let (prog, args) = spec
         .argv
         .split_first()
@@ -586,7 +738,16 @@ async fn feed_stdin(
 /// without a newline at the end. Bytes, not text: nothing a process writes is lost or
 /// refused. The channel is bounded, so a process that writes faster than its output travels
 /// blocks in its write. What waits here is less than a piece and one read.
-async fn forward(mut r: Reader, events: mpsc::Sender<Input>, id: JobId, proc: u32, stream: Stream) {
+async fn forward<R: AsyncRead + Unpin>(
+    r: Option<R>,
+    events: mpsc::Sender<Input>,
+    id: JobId,
+    proc: u32,
+    stream: Stream,
+) {
+    let Some(mut r) = r else {
+        return;
+    };
     let mut pending: Vec<u8> = Vec::new();
     // How many bytes at the front of `pending` are known to hold no newline: a line that
     // comes a byte at a time is searched once, not once per byte.
@@ -677,8 +838,8 @@ mod tests {
 
     async fn pieces(bytes: Vec<u8>, step: usize) -> Vec<Vec<u8>> {
         let (tx, mut rx) = mpsc::channel(4);
-        let r: Reader = Box::new(Trickle { bytes, at: 0, step });
-        tokio::spawn(forward(r, tx, 1, 0, Stream::Stdout));
+        let r = Trickle { bytes, at: 0, step };
+        tokio::spawn(forward(Some(r), tx, 1, 0, Stream::Stdout));
         let mut got = Vec::new();
         while let Some(i) = rx.recv().await {
             match i {

@@ -268,11 +268,16 @@ pub fn unix_ms() -> u64 {
 
 /// The resident set of `host`'s daemon, in KiB.
 pub fn rss_kib(dvm: &Dvm, host: &str) -> u64 {
+    status_kib(dvm, host, "VmRSS")
+}
+
+/// A size `/proc/PID/status` gives for `host`'s daemon (`VmRSS`, `VmHWM`, …), in KiB.
+pub fn status_kib(dvm: &Dvm, host: &str, field: &str) -> u64 {
     let pid = dvm.cluster.pid(host).expect("daemon running");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+        .unwrap_or_else(|| panic!("no {field} in {status}"))
 }
