@@ -4,7 +4,12 @@
 //! whose neighbours come and go (runs of the same binaries an hour apart differ by 10 %); a
 //! difference taken within each pair can, and its standard error says how well. A job's CPU
 //! is the machine's busy time while it ran, from `/proc/stat`: the other DVM is idle then.
+//! Its daemons' CPU is what the daemon processes the harness started (every thread, not
+//! what they start) ran over the job, from each one's `schedstat` in nanoseconds: it leaves
+//! out the job's own processes, the tool and everything else on the machine, so it shows a
+//! change in the daemons' own work that the machine's figure hides in its noise.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use dvmlab_harness::BackendKind;
@@ -29,6 +34,65 @@ pub struct Paired {
     pub b_cpu_ms: f64,
     pub cpu_diff_ms: f64,
     pub cpu_diff_se_ms: f64,
+    /// The daemons' own CPU time over a job, ms (the same three).
+    pub a_daemons_ms: f64,
+    pub b_daemons_ms: f64,
+    pub daemons_diff_ms: f64,
+    pub daemons_diff_se_ms: f64,
+}
+
+/// The CPU time each thread of process `pid` has run so far, ns: the scheduler's count, not
+/// ticks.
+fn thread_cpu_ns(pid: u32) -> Result<HashMap<u32, u64>, String> {
+    let dir = format!("/proc/{pid}/task");
+    let mut threads = HashMap::new();
+    for t in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
+        let t = t.map_err(|e| format!("{dir}: {e}"))?;
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        // A thread that ended since the listing is not counted.
+        let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        let ns = text
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or_else(|| format!("{dir}/{tid}/schedstat: {text:?}"))?;
+        threads.insert(tid, ns);
+    }
+    Ok(threads)
+}
+
+/// Every thread of the daemons on `hosts` of `dvm`, by (pid, tid), with its CPU time so far.
+type Threads = HashMap<(u32, u32), u64>;
+
+fn daemon_threads(dvm: &conformance::sut::Dvm, hosts: &[String]) -> Result<Threads, String> {
+    let mut all = HashMap::new();
+    for h in hosts {
+        let pid = dvm
+            .cluster
+            .pid(h)
+            .ok_or_else(|| format!("no daemon running on {h}"))?;
+        all.extend(
+            thread_cpu_ns(pid)?
+                .into_iter()
+                .map(|(t, ns)| ((pid, t), ns)),
+        );
+    }
+    Ok(all)
+}
+
+/// The CPU time the threads in `after` ran since `before`, ms. A thread that ended in
+/// between is left out (what it ran after `before` with it: a helper thread ends only after
+/// idling for a while); one that started counts whole.
+fn ran_ms(before: &Threads, after: &Threads) -> f64 {
+    let ns: u64 = after
+        .iter()
+        .map(|(k, ns)| ns.saturating_sub(before.get(k).copied().unwrap_or(0)))
+        .sum();
+    ns as f64 / 1e6
 }
 
 /// The machine's busy CPU time so far, ms: every state of `/proc/stat`'s `cpu` line but
@@ -121,20 +185,25 @@ fn size(
         }
         let mut wall = [Vec::new(), Vec::new()];
         let mut cpu = [Vec::new(), Vec::new()];
+        let mut own = [Vec::new(), Vec::new()];
         for p in 0..pairs {
             // Alternate which goes first, so that neither always follows the other.
             for k in [p % 2, 1 - p % 2] {
                 let (d, argv) = &dvms[k];
+                // Read outside the machine's window: reading every daemon's count takes
+                // CPU of its own.
+                let daemons_before = daemon_threads(d, &hosts)?;
                 let before = busy_ms()?;
                 let t = Instant::now();
                 driver::timed(d, argv)?;
                 wall[k].push(t.elapsed().as_secs_f64() * 1000.0);
                 cpu[k].push(busy_ms()? - before);
+                own[k].push(ran_ms(&daemons_before, &daemon_threads(d, &hosts)?));
             }
         }
         driver::stop(&mut dvm_a)?;
         driver::stop(&mut dvm_b)?;
-        Ok(summarize(n, &wall, &cpu))
+        Ok(summarize(n, &wall, &cpu, &own))
     })();
     if r.is_err() {
         // Whatever the DVMs left running goes with the clusters; their logs stay for a look.
@@ -148,11 +217,17 @@ fn size(
 }
 
 /// The means of A's and B's figures and of their difference within each pair.
-fn summarize(nodes: usize, wall: &[Vec<f64>; 2], cpu: &[Vec<f64>; 2]) -> Paired {
+fn summarize(
+    nodes: usize,
+    wall: &[Vec<f64>; 2],
+    cpu: &[Vec<f64>; 2],
+    own: &[Vec<f64>; 2],
+) -> Paired {
     let diffs =
         |v: &[Vec<f64>; 2]| -> Vec<f64> { v[1].iter().zip(&v[0]).map(|(b, a)| b - a).collect() };
     let (diff_ms, diff_se_ms) = mean_and_se(&diffs(wall));
     let (cpu_diff_ms, cpu_diff_se_ms) = mean_and_se(&diffs(cpu));
+    let (daemons_diff_ms, daemons_diff_se_ms) = mean_and_se(&diffs(own));
     Paired {
         nodes,
         pairs: wall[0].len().min(wall[1].len()),
@@ -164,30 +239,41 @@ fn summarize(nodes: usize, wall: &[Vec<f64>; 2], cpu: &[Vec<f64>; 2]) -> Paired 
         b_cpu_ms: mean_and_se(&cpu[1]).0,
         cpu_diff_ms,
         cpu_diff_se_ms,
+        a_daemons_ms: mean_and_se(&own[0]).0,
+        b_daemons_ms: mean_and_se(&own[1]).0,
+        daemons_diff_ms,
+        daemons_diff_se_ms,
     }
 }
 
 /// The Markdown table of `rows` (its heading names A and B).
 pub fn table(rows: &[Paired]) -> String {
     let mut s = String::from(
-        "| nodes | pairs | A ms | B ms | B − A ms | B / A | A CPU ms | B CPU ms | B − A CPU ms |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| nodes | pairs | A ms | B ms | B − A ms | B / A | A CPU ms | B CPU ms | B − A CPU ms | A daemons' CPU ms | B daemons' CPU ms | B − A daemons' CPU ms | B / A daemons' CPU |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
-        let ratio = crate::stats::ratio(r.b_ms, r.a_ms)
-            .map_or_else(|| "–".to_string(), |x| format!("{x:.3}×"));
+        let ratio = |b: f64, a: f64| {
+            crate::stats::ratio(b, a).map_or_else(|| "–".to_string(), |x| format!("{x:.3}×"))
+        };
         s.push_str(&format!(
-            "| {} | {} | {:.2} | {:.2} | {:+.2} ± {:.2} | {ratio} | {:.1} | {:.1} | {:+.1} ± {:.1} |\n",
+            "| {} | {} | {:.2} | {:.2} | {:+.2} ± {:.2} | {} | {:.1} | {:.1} | {:+.1} ± {:.1} | {:.2} | {:.2} | {:+.2} ± {:.2} | {} |\n",
             r.nodes,
             r.pairs,
             r.a_ms,
             r.b_ms,
             r.diff_ms,
             r.diff_se_ms,
+            ratio(r.b_ms, r.a_ms),
             r.a_cpu_ms,
             r.b_cpu_ms,
             r.cpu_diff_ms,
-            r.cpu_diff_se_ms
+            r.cpu_diff_se_ms,
+            r.a_daemons_ms,
+            r.b_daemons_ms,
+            r.daemons_diff_ms,
+            r.daemons_diff_se_ms,
+            ratio(r.b_daemons_ms, r.a_daemons_ms),
         ));
     }
     s
@@ -203,10 +289,12 @@ mod tests {
         // exactly 1 ms, with no spread; the means alone would hide it in the drift.
         let a: Vec<f64> = (0..6).map(|i| 20.0 + 10.0 * f64::from(i)).collect();
         let b: Vec<f64> = a.iter().map(|x| x + 1.0).collect();
-        let p = summarize(32, &[a, b], &[vec![5.0, 7.0], vec![6.0, 10.0]]);
+        let own = [vec![1.0, 2.0], vec![1.5, 2.5]];
+        let p = summarize(32, &[a, b], &[vec![5.0, 7.0], vec![6.0, 10.0]], &own);
         assert_eq!((p.diff_ms, p.diff_se_ms), (1.0, 0.0));
         assert_eq!((p.a_ms, p.b_ms), (45.0, 46.0));
         assert_eq!((p.cpu_diff_ms, p.cpu_diff_se_ms), (2.0, 1.0));
+        assert_eq!((p.daemons_diff_ms, p.daemons_diff_se_ms), (0.5, 0.0));
         assert_eq!(p.pairs, 6);
         let t = table(&[p]);
         assert!(
@@ -227,5 +315,44 @@ mod tests {
         }
         let busy = busy_ms().expect("/proc/stat") - before;
         assert!(busy >= 150.0, "{busy} ms busy over 200 ms of spinning");
+    }
+
+    #[test]
+    fn a_thread_kept_running_shows_in_its_processes_cpu_and_a_sleeping_one_does_not() {
+        let me = std::process::id();
+        let threads = || -> Threads {
+            thread_cpu_ns(me)
+                .expect("schedstat")
+                .into_iter()
+                .map(|(t, ns)| ((me, t), ns))
+                .collect()
+        };
+        let before = threads();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let asleep = threads();
+        let t = Instant::now();
+        while t.elapsed().as_millis() < 100 {
+            std::hint::black_box(0u64);
+        }
+        let tid = nix::unistd::gettid().as_raw() as u32;
+        let mine = |from: &Threads, to: &Threads| {
+            ran_ms(
+                &from
+                    .iter()
+                    .filter(|(k, _)| k.1 == tid)
+                    .map(|(k, v)| (*k, *v))
+                    .collect(),
+                &to.iter()
+                    .filter(|(k, _)| k.1 == tid)
+                    .map(|(k, v)| (*k, *v))
+                    .collect(),
+            )
+        };
+        let slept = mine(&before, &asleep);
+        let spun = mine(&asleep, &threads());
+        // Spinning for 100 ms of wall runs at least 40 ms (another test's thread may share
+        // the core); sleeping runs next to nothing.
+        assert!(spun >= 40.0, "{spun} ms of CPU over 100 ms of spinning");
+        assert!(slept < 20.0, "{slept} ms of CPU over 100 ms of sleeping");
     }
 }

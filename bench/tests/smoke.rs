@@ -187,7 +187,8 @@ fn two_profiles_held_side_by_side_give_paired_differences_and_a_ratio() {
         &out,
         "pair",
     );
-    // nodes, pairs, A, B, B − A ± se, B / A, A CPU, B CPU, B − A CPU ± se
+    // nodes, pairs, A, B, B − A ± se, B / A, A CPU, B CPU, B − A CPU ± se, A daemons' CPU,
+    // B daemons' CPU, B − A daemons' CPU ± se, B / A daemons' CPU
     let r = md
         .lines()
         .find(|l| l.starts_with("| 3 | 2 |"))
@@ -196,9 +197,14 @@ fn two_profiles_held_side_by_side_give_paired_differences_and_a_ratio() {
         .map(|c| c.trim().to_string())
         .filter(|c| !c.is_empty())
         .collect::<Vec<_>>();
-    assert_eq!(r.len(), 9, "{r:?}");
+    assert_eq!(r.len(), 13, "{r:?}");
     assert!(ratio(&r[5]) > 0.0, "{r:?}");
-    for i in [4, 8] {
+    assert!(ratio(&r[12]) > 0.0, "{r:?}");
+    // Three daemons forming, serving and running a job take some CPU of their own.
+    for i in [9, 10] {
+        assert!(r[i].parse::<f64>().is_ok_and(|ms| ms > 0.0), "{r:?}");
+    }
+    for i in [4, 8, 11] {
         assert!(r[i].contains(" ± "), "{r:?}");
     }
     let _ = std::fs::remove_dir_all(&out);
