@@ -647,7 +647,8 @@ const BARRIER_FD: i32 = 3;
 /// socket without close-on-exec, so the child inherits it as descriptor 3, and goes back to
 /// /dev/null right after. This keeps the spawn free of pre-exec hooks, so the standard
 /// library uses posix_spawn (vfork-style, no page-table copy), which is most of a job's
-/// start-up cost on a busy node; and a small number, which every shell can redirect.
+/// start-up cost on a busy node; and a small number, which every shell can redirect. Its
+/// /dev/null is also, duplicated, the stdin of every process that gets no input.
 pub struct BarrierSlot {
     fd3: OwnedFd,
     null: OwnedFd,
@@ -689,7 +690,12 @@ fn spawn(
         .env("DVMLAB_PROC", proc.to_string())
         .env("DVMLAB_NPROCS", spec.placement.nprocs.to_string())
         .env("DVMLAB_BARRIER_FD", BARRIER_FD.to_string())
-        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        // The slot's /dev/null, duplicated: no path to look up per process.
+        .stdin(if stdin {
+            Stdio::piped()
+        } else {
+            Stdio::from(slot.null.try_clone()?)
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
