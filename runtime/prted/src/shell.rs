@@ -30,6 +30,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::process::Command;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::reaper::Reaper;
@@ -340,6 +341,9 @@ impl Runner {
                         kill_groups(&groups, id, Signal::SIGKILL);
                         while running.next().await.is_some() {}
                         forget_groups(&groups, &reaper, id);
+                        if let Ok(mut b) = barriers.lock() {
+                            b.remove(&id);
+                        }
                         send(Input::ShellExited {
                             id,
                             status: 127 << 8,
@@ -412,8 +416,9 @@ struct Watched {
     requests: AsyncFd<Arc<UnixStream>>,
 }
 
-/// How long a process's output is read after it exited, when something it left running
-/// holds its pipes: the job ends anyway.
+/// How long a process's pipes are read after it exited, when something it left running
+/// holds them: the job ends anyway. (Only the wait for bytes is cut short: what was read is
+/// sent, however long the way up is blocked.)
 const OUTPUT_AFTER_EXIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Watches process `proc` until it exited and its output was read to the end (or
@@ -435,10 +440,11 @@ async fn watch(
     let pid = child.id().map(|p| p as i32);
     let out = child.stdout.take();
     let err = child.stderr.take();
+    let give_up = CancellationToken::new();
     let output = async {
         tokio::join!(
-            forward(out, events.clone(), id, proc, Stream::Stdout),
-            forward(err, events.clone(), id, proc, Stream::Stderr),
+            forward(out, events.clone(), id, proc, Stream::Stdout, &give_up),
+            forward(err, events.clone(), id, proc, Stream::Stderr, &give_up),
         )
     };
     let exit = async {
@@ -482,7 +488,12 @@ async fn watch(
         tokio::select! {
             biased;
             _ = &mut output => {}
-            _ = tokio::time::sleep(OUTPUT_AFTER_EXIT) => {}
+            _ = tokio::time::sleep(OUTPUT_AFTER_EXIT) => {
+                // Something the process left running holds its pipes: what was read goes
+                // up, what it writes from now on is not read.
+                give_up.cancel();
+                output.await;
+            }
         }
     }
     status
@@ -528,14 +539,31 @@ fn kill_groups(groups: &Mutex<HashMap<JobId, Vec<i32>>>, id: JobId, sig: Signal)
 /// kept, so a process cannot make its daemon hold what it writes there.
 const MAX_BARRIER_LINE: usize = 64;
 
-/// One process's barrier socket, and the part of a line it wrote so far. Each `barrier SEQ`
-/// line enters barrier SEQ; once every local process of the job entered it, this rank's
-/// shell has.
+/// One process's barrier socket, and what it wrote there that is not yet accounted for.
+/// Each `barrier SEQ` line enters barrier SEQ; once every local process of the job entered
+/// it, this rank's shell has. Reading may stop at any await (the process exited): a request
+/// read is kept until it is counted, and a completed barrier until job-exec has it, so
+/// [`BarrierRequests::drain`] finishes what [`BarrierRequests::serve`] began.
 struct BarrierRequests {
     socket: AsyncFd<Arc<UnixStream>>,
+    /// The part of a line read so far, and whether it grew past [`MAX_BARRIER_LINE`].
     line: Vec<u8>,
     too_long: bool,
+    /// Requests read, not yet counted.
+    read: std::collections::VecDeque<u64>,
+    /// A barrier this process completed, not yet told to job-exec.
+    complete: Option<u64>,
+    /// Whether a line that is not a request was logged (once per process: a process may
+    /// write any amount there).
+    warned: bool,
 }
+
+/// Bytes read from a barrier socket at a time.
+const BARRIER_READ: usize = 512;
+
+/// What is read from a barrier socket after its process exited, at most: the requests it
+/// wrote before exiting fit many times over; a writer it left behind may never stop.
+const BARRIER_DRAIN: usize = 16 * BARRIER_READ;
 
 impl BarrierRequests {
     fn new(socket: AsyncFd<Arc<UnixStream>>) -> BarrierRequests {
@@ -543,33 +571,38 @@ impl BarrierRequests {
             socket,
             line: Vec::new(),
             too_long: false,
+            read: std::collections::VecDeque::new(),
+            complete: None,
+            warned: false,
         }
     }
 
-    /// Reads requests until the process (and whatever it left running) closed the socket.
+    /// Reads and counts requests until the process (and whatever it left running) closed
+    /// the socket.
     async fn serve(
         &mut self,
         barriers: &Mutex<HashMap<JobId, Barriers>>,
         events: &mpsc::Sender<Input>,
         id: JobId,
     ) {
-        let mut chunk = [0u8; 256];
+        let mut chunk = [0u8; BARRIER_READ];
         loop {
+            self.account(barriers, events, id).await;
             let Ok(mut ready) = self.socket.readable().await else {
                 return;
             };
-            let n = match ready.try_io(|s| (&**s.get_ref()).read(&mut chunk)) {
-                Ok(Ok(0)) | Ok(Err(_)) => return,
-                Ok(Ok(n)) => n,
-                Err(_would_block) => continue,
-            };
-            for seq in self.take(&chunk[..n], id) {
-                enter_barrier(barriers, events, id, seq).await;
+            match ready.try_io(|s| (&**s.get_ref()).read(&mut chunk)) {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => self.take(&chunk[..n], id),
+                Err(_would_block) => {}
             }
         }
+        self.take(b"\n", id);
+        self.account(barriers, events, id).await;
     }
 
-    /// Reads what requests are there already, without waiting for more: a process that
+    /// Finishes what [`BarrierRequests::serve`] began and reads what requests are there
+    /// already (up to [`BARRIER_DRAIN`] bytes), without waiting for more: a process that
     /// exited right after writing one still entered that barrier.
     async fn drain(
         &mut self,
@@ -577,18 +610,28 @@ impl BarrierRequests {
         events: &mpsc::Sender<Input>,
         id: JobId,
     ) {
-        let mut chunk = [0u8; 256];
-        while let Ok(n @ 1..) = (&**self.socket.get_ref()).read(&mut chunk) {
-            for seq in self.take(&chunk[..n], id) {
-                enter_barrier(barriers, events, id, seq).await;
+        let mut chunk = [0u8; BARRIER_READ];
+        let mut left = BARRIER_DRAIN;
+        while left > 0 {
+            match (&**self.socket.get_ref()).read(&mut chunk) {
+                Ok(0) => {
+                    self.take(b"\n", id);
+                    break;
+                }
+                Ok(n) => {
+                    self.take(&chunk[..n], id);
+                    left = left.saturating_sub(n);
+                }
+                Err(_) => break,
             }
         }
+        self.account(barriers, events, id).await;
     }
 
-    /// The barriers the complete lines in `bytes` enter; what is not a request is dropped
-    /// (with a warning), a line longer than [`MAX_BARRIER_LINE`] as it comes.
-    fn take(&mut self, bytes: &[u8], id: JobId) -> Vec<u64> {
-        let mut seqs = Vec::new();
+    /// Takes the complete lines in `bytes` (a lone `\n` ends a last line that had none):
+    /// requests are kept to be counted; what is not a request is dropped, a line longer
+    /// than [`MAX_BARRIER_LINE`] as it comes.
+    fn take(&mut self, bytes: &[u8], id: JobId) {
         for &b in bytes {
             if b != b'\n' {
                 if self.line.len() < MAX_BARRIER_LINE {
@@ -598,38 +641,66 @@ impl BarrierRequests {
                 }
                 continue;
             }
+            if self.line.is_empty() && !self.too_long {
+                continue;
+            }
             let text = String::from_utf8_lossy(&self.line);
             match text
                 .strip_prefix("barrier ")
                 .and_then(|s| s.trim().parse::<u64>().ok())
             {
-                Some(seq) if !self.too_long => seqs.push(seq),
-                _ => warn!("job {id}: not a barrier request: {text:?}"),
+                Some(seq) if !self.too_long => self.read.push_back(seq),
+                _ if !self.warned => {
+                    self.warned = true;
+                    warn!("job {id}: not a barrier request: {text:?} (further ones from this process not logged)");
+                }
+                _ => {}
             }
             self.line.clear();
             self.too_long = false;
         }
-        seqs
+    }
+
+    /// Counts the requests read; tells job-exec of each barrier they complete. Stopping at
+    /// the await loses nothing: the barrier stays `complete` until the send went through.
+    async fn account(
+        &mut self,
+        barriers: &Mutex<HashMap<JobId, Barriers>>,
+        events: &mpsc::Sender<Input>,
+        id: JobId,
+    ) {
+        loop {
+            if let Some(seq) = self.complete {
+                let _ = events.send(Input::ShellBarrier { id, seq }).await;
+                self.complete = None;
+            }
+            let Some(seq) = self.read.pop_front() else {
+                return;
+            };
+            if enter_barrier(barriers, id, seq) {
+                self.complete = Some(seq);
+            }
+        }
     }
 }
 
-/// One local process of job `id` entered barrier `seq`; the last of them tells job-exec.
-async fn enter_barrier(
-    barriers: &Mutex<HashMap<JobId, Barriers>>,
-    events: &mpsc::Sender<Input>,
-    id: JobId,
-    seq: u64,
-) {
-    let complete = barriers.lock().ok().is_some_and(|mut b| {
+/// The most barriers one job may have open on a node at once (entered by some of its local
+/// processes, not yet by all): a process may write any number of them.
+const MAX_OPEN_BARRIERS: usize = 1024;
+
+/// One local process of job `id` entered barrier `seq`: whether it was the last of them.
+fn enter_barrier(barriers: &Mutex<HashMap<JobId, Barriers>>, id: JobId, seq: u64) -> bool {
+    barriers.lock().ok().is_some_and(|mut b| {
         b.get_mut(&id).is_some_and(|b| {
+            if !b.entered.contains_key(&seq) && b.entered.len() >= MAX_OPEN_BARRIERS {
+                warn!("job {id}: more than {MAX_OPEN_BARRIERS} barriers open on this node; barrier {seq} not entered");
+                return false;
+            }
             let n = b.entered.entry(seq).or_default();
             *n += 1;
             *n == b.procs
         })
-    });
-    if complete {
-        let _ = events.send(Input::ShellBarrier { id, seq }).await;
-    }
+    })
 }
 
 /// Bytes read at most at a time from a job process's stdout or stderr.
@@ -739,7 +810,8 @@ async fn feed_stdin(
     }
 }
 
-/// Sends what process `proc` writes on `r` to job-exec, as it was written: a piece per line,
+/// Sends what process `proc` writes on `r` to job-exec, as it was written (until `give_up`
+/// is cancelled while it waits for more): a piece per line,
 /// a line longer than [`MAX_OUTPUT_CHUNK`] in pieces of that size, and whatever is left
 /// without a newline at the end. Bytes, not text: nothing a process writes is lost or
 /// refused. The channel is bounded, so a process that writes faster than its output travels
@@ -750,6 +822,7 @@ async fn forward<R: AsyncRead + Unpin>(
     id: JobId,
     proc: u32,
     stream: Stream,
+    give_up: &CancellationToken,
 ) {
     let Some(mut r) = r else {
         return;
@@ -763,7 +836,13 @@ async fn forward<R: AsyncRead + Unpin>(
         pending.reserve(room);
         // Into the spare capacity as it is: no buffer is zeroed or allocated before a
         // process writes anything (most never do, and this runs twice per process).
-        let n = match r.read_buf(&mut pending).await {
+        // Only the wait for more bytes is given up, never a piece already read.
+        let read = tokio::select! {
+            biased;
+            read = r.read_buf(&mut pending) => read,
+            _ = give_up.cancelled() => break,
+        };
+        let n = match read {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
@@ -845,7 +924,9 @@ mod tests {
     async fn pieces(bytes: Vec<u8>, step: usize) -> Vec<Vec<u8>> {
         let (tx, mut rx) = mpsc::channel(4);
         let r = Trickle { bytes, at: 0, step };
-        tokio::spawn(forward(Some(r), tx, 1, 0, Stream::Stdout));
+        tokio::spawn(async move {
+            forward(Some(r), tx, 1, 0, Stream::Stdout, &CancellationToken::new()).await
+        });
         let mut got = Vec::new();
         while let Some(i) = rx.recv().await {
             match i {
@@ -872,6 +953,138 @@ mod tests {
             );
             assert_eq!(got.concat(), bytes, "reads of {step} bytes");
         }
+    }
+
+    /// A barrier socket as a job process has it (the other end) and a job of `procs`
+    /// local processes to count its requests in.
+    fn barrier_socket(
+        procs: usize,
+    ) -> (BarrierRequests, UnixStream, Mutex<HashMap<JobId, Barriers>>) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        // SAFETY: the registration holds the socket's only reference.
+        let fd =
+            unsafe { AsyncFd::register_with_interest(Arc::new(ours), Interest::READABLE) }.unwrap();
+        let barriers = HashMap::from([(
+            1,
+            Barriers {
+                procs,
+                ..Barriers::default()
+            },
+        )]);
+        (BarrierRequests::new(fd), theirs, Mutex::new(barriers))
+    }
+
+    #[tokio::test]
+    async fn a_barrier_completed_while_job_exec_takes_nothing_is_told_once_reading_resumes() {
+        let (mut requests, mut process, barriers) = barrier_socket(1);
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.send(Input::ProcExited {
+            id: 1,
+            proc: 0,
+            status: 0,
+        })
+        .await
+        .unwrap();
+        process.write_all(b"barrier 7\n").unwrap();
+        // Job-exec's channel is full: the request is read and counted, the send waits, and
+        // the reading stops there (the process exited).
+        tokio::select! {
+            _ = requests.serve(&barriers, &tx, 1) => panic!("served to the end"),
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+        assert!(matches!(rx.recv().await, Some(Input::ProcExited { .. })));
+        requests.drain(&barriers, &tx, 1).await;
+        match rx.try_recv() {
+            Ok(Input::ShellBarrier { id: 1, seq: 7 }) => {}
+            other => panic!("barrier 7 lost: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_last_request_without_a_newline_counts_at_the_end_of_the_socket() {
+        let (mut requests, mut process, barriers) = barrier_socket(1);
+        let (tx, mut rx) = mpsc::channel(4);
+        process.write_all(b"barrier 3").unwrap();
+        drop(process);
+        requests.serve(&barriers, &tx, 1).await;
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Input::ShellBarrier { id: 1, seq: 3 })
+        ));
+    }
+
+    #[tokio::test]
+    async fn after_the_exit_a_barrier_socket_is_read_only_so_far() {
+        // A writer left behind may never stop: what lies past the bound is not read, even
+        // a request.
+        let (mut requests, mut process, barriers) = barrier_socket(1);
+        let (tx, mut rx) = mpsc::channel(4);
+        process.write_all(&b"x\n".repeat(BARRIER_DRAIN)).unwrap();
+        process.write_all(b"barrier 1\n").unwrap();
+        requests.drain(&barriers, &tx, 1).await;
+        assert!(rx.try_recv().is_err(), "read past {BARRIER_DRAIN} bytes");
+        // Within the bound, a request is read.
+        let (mut requests, mut process, barriers) = barrier_socket(1);
+        process.write_all(b"x\nbarrier 2\n").unwrap();
+        requests.drain(&barriers, &tx, 1).await;
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Input::ShellBarrier { id: 1, seq: 2 })
+        ));
+    }
+
+    /// Gives its bytes, then nothing ever again: a pipe that something left running holds.
+    struct Held(Option<Vec<u8>>);
+
+    impl tokio::io::AsyncRead for Held {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            match self.0.take() {
+                Some(bytes) => {
+                    buf.put_slice(&bytes);
+                    Poll::Ready(Ok(()))
+                }
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn output_read_before_giving_up_goes_up_however_long_the_way_up_is_blocked() {
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.send(Input::ProcExited {
+            id: 1,
+            proc: 0,
+            status: 0,
+        })
+        .await
+        .unwrap();
+        let give_up = CancellationToken::new();
+        let forwarding = {
+            let give_up = give_up.clone();
+            tokio::spawn(async move {
+                let r = Held(Some(b"last words\n".to_vec()));
+                forward(Some(r), tx, 1, 0, Stream::Stdout, &give_up).await
+            })
+        };
+        // The line is read; its send waits for room. Giving up now stops only the reading.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        give_up.cancel();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(matches!(rx.recv().await, Some(Input::ProcExited { .. })));
+        match rx.recv().await {
+            Some(Input::ShellOutput { data, .. }) => assert_eq!(data, b"last words\n"),
+            other => panic!("the line read was lost: {other:?}"),
+        }
+        forwarding.await.unwrap();
+        assert!(
+            rx.recv().await.is_none(),
+            "forward went on reading after giving up"
+        );
     }
 
     #[tokio::test]
