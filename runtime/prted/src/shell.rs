@@ -90,6 +90,8 @@ struct Barriers {
     procs: usize,
     writers: Vec<Arc<UnixStream>>,
     entered: HashMap<u64, usize>,
+    /// Whether a request past [`MAX_OPEN_BARRIERS`] was logged (once per job).
+    refused: bool,
 }
 
 /// Runs `cmd` with `sh -c`, with the job's id in the environment; its exit status.
@@ -685,7 +687,9 @@ impl BarrierRequests {
 }
 
 /// The most barriers one job may have open on a node at once (entered by some of its local
-/// processes, not yet by all): a process may write any number of them.
+/// processes and not yet done everywhere): a process may write any number of them. A
+/// request past it is not entered, so the process that wrote it waits for its reply until
+/// its job ends.
 const MAX_OPEN_BARRIERS: usize = 1024;
 
 /// One local process of job `id` entered barrier `seq`: whether it was the last of them.
@@ -693,7 +697,10 @@ fn enter_barrier(barriers: &Mutex<HashMap<JobId, Barriers>>, id: JobId, seq: u64
     barriers.lock().ok().is_some_and(|mut b| {
         b.get_mut(&id).is_some_and(|b| {
             if !b.entered.contains_key(&seq) && b.entered.len() >= MAX_OPEN_BARRIERS {
-                warn!("job {id}: more than {MAX_OPEN_BARRIERS} barriers open on this node; barrier {seq} not entered");
+                if !b.refused {
+                    b.refused = true;
+                    warn!("job {id}: more than {MAX_OPEN_BARRIERS} barriers open on this node; barrier {seq} and further new ones not entered");
+                }
                 return false;
             }
             let n = b.entered.entry(seq).or_default();
@@ -836,11 +843,13 @@ async fn forward<R: AsyncRead + Unpin>(
         pending.reserve(room);
         // Into the spare capacity as it is: no buffer is zeroed or allocated before a
         // process writes anything (most never do, and this runs twice per process).
-        // Only the wait for more bytes is given up, never a piece already read.
+        // Only the wait for more bytes is given up, never a piece already read; and giving
+        // up is looked at first, or a writer that never lets the pipe run dry would keep it
+        // from ever being seen.
         let read = tokio::select! {
             biased;
-            read = r.read_buf(&mut pending) => read,
             _ = give_up.cancelled() => break,
+            read = r.read_buf(&mut pending) => read,
         };
         let n = match read {
             Ok(0) | Err(_) => break,
@@ -993,6 +1002,11 @@ mod tests {
             _ = requests.serve(&barriers, &tx, 1) => panic!("served to the end"),
             _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
         }
+        assert_eq!(
+            requests.complete,
+            Some(7),
+            "the reading did not stop at the send"
+        );
         assert!(matches!(rx.recv().await, Some(Input::ProcExited { .. })));
         requests.drain(&barriers, &tx, 1).await;
         match rx.try_recv() {
@@ -1085,6 +1099,40 @@ mod tests {
             rx.recv().await.is_none(),
             "forward went on reading after giving up"
         );
+    }
+
+    /// A pipe that never runs dry: something the process left running writes for ever.
+    struct Endless;
+
+    impl tokio::io::AsyncRead for Endless {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            while buf.remaining() >= 2 {
+                buf.put_slice(b"y\n");
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn giving_up_stops_the_reading_of_a_pipe_that_never_runs_dry() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let give_up = CancellationToken::new();
+        let forwarding = {
+            let give_up = give_up.clone();
+            tokio::spawn(
+                async move { forward(Some(Endless), tx, 1, 0, Stream::Stdout, &give_up).await },
+            )
+        };
+        let taking = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        give_up.cancel();
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(10), forwarding).await;
+        assert!(ended.is_ok(), "still reading 10 s after giving up");
+        taking.await.unwrap();
     }
 
     #[tokio::test]
