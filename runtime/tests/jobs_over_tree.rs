@@ -405,6 +405,20 @@ fn a_process_that_exits_right_after_entering_a_barrier_still_entered_it() {
 }
 
 #[test]
+fn a_job_ends_after_its_process_even_if_something_it_left_running_keeps_writing_its_output() {
+    let Some((mut dvm, hosts)) = Dvm::formed("lingering", Needs::AnyBackend, 2, 2) else {
+        return;
+    };
+    // The loop holds the process's stdout and writes on it for ever: the job still ends
+    // (a second after its process), and the loop dies writing to a pipe no longer read.
+    let script = "(while :; do echo more; sleep 0.01; done) & echo started; exit 0";
+    let (code, out, err) = prun(&dvm, &["--host", "n01", "-n", "1", "sh", "-c", script]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("started\n"), "{out}{err}");
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
 fn a_long_line_on_the_barrier_socket_is_dropped_as_it_comes_and_the_next_barrier_still_works() {
     let Some((mut dvm, hosts)) = Dvm::formed("barrierline", Needs::AnyBackend, 2, 2) else {
         return;
