@@ -39,12 +39,33 @@ impl Node {
                         },
                     );
                 }
+                self.take_held();
             }
             Ok(false) => {}
             Err(e) => self.note(Note::Refused {
                 link,
                 reason: format!("membership from the parent not taken: {e}"),
             }),
+        }
+    }
+
+    /// The members children reported before this daemon's membership named them, taken now
+    /// that it does (through links that are still children's: the report's own checks).
+    fn take_held(&mut self) {
+        let named: Vec<Rank> = self
+            .held
+            .keys()
+            .copied()
+            .filter(|r| self.roster.contains(*r))
+            .collect();
+        let mut by_link: BTreeMap<LinkId, Vec<Member>> = BTreeMap::new();
+        for r in named {
+            if let Some((link, m)) = self.held.remove(&r) {
+                by_link.entry(link).or_default().push(m);
+            }
+        }
+        for (link, members) in by_link {
+            self.on_report(link, members);
         }
     }
 

@@ -240,6 +240,7 @@ impl Node {
     /// Forgets child link `link` and the routes through it.
     pub(super) fn drop_child(&mut self, link: LinkId) {
         self.quiet.remove(&link);
+        self.held.retain(|_, (l, _)| *l != link);
         let Some(child) = self.children.remove(&link) else {
             return;
         };

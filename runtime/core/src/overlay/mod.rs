@@ -48,6 +48,10 @@ pub const MISSED_HEARTBEATS: u32 = 3;
 /// Tools of other nodes the controller serves at once (see `tools.rs`).
 pub const MAX_RELAYED_TOOLS: usize = dvmlab_proto::limits::MAX_CONNECTIONS;
 
+/// Ranks a daemon keeps from its children's reports before its own membership names them
+/// (see `Node::held`).
+pub const MAX_HELD_MEMBERS: usize = 4096;
+
 /// Static facts the core needs: who it is and the DVM's shape.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -340,6 +344,12 @@ pub struct Node {
     /// Job processes connected here for events: local to this daemon, so the path to the
     /// controller breaking does not concern them.
     processes: BTreeSet<LinkId>,
+    /// Members children reported that this daemon's membership does not name yet, with the
+    /// link each came by: a daemon that (re)started takes children before its parent told
+    /// it of the ranks grows added, and dropping them would leave those ranks lost for good
+    /// (their own links stay up, so nothing reports them again). Taken once a membership
+    /// names them; at most [`MAX_HELD_MEMBERS`].
+    held: BTreeMap<Rank, (LinkId, Member)>,
     /// The controller: relayed tools by the link id it gave them, and the other way round.
     relayed: HashMap<LinkId, Relayed>,
     relayed_ids: BTreeMap<Relayed, LinkId>,
@@ -394,6 +404,7 @@ impl Node {
             children: BTreeMap::new(),
             tools: BTreeSet::new(),
             processes: BTreeSet::new(),
+            held: BTreeMap::new(),
             relayed: HashMap::new(),
             relayed_ids: BTreeMap::new(),
             next_relayed: 1,
@@ -893,6 +904,75 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The ranks `out` reports upward on `up`.
+    fn reported_up(out: &[Output], up: LinkId) -> Vec<Rank> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Io(Io::Send {
+                    link,
+                    frame: Frame::Daemon(DaemonMsg::Report { members }),
+                }) if *link == up => Some(members.iter().map(|m| m.rank)),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    #[test]
+    fn a_restarted_daemon_reports_a_grown_rank_below_it_once_its_parent_named_it() {
+        // Rank 1 (re)started and knows only prte.conf's four ranks; its child 3 reports
+        // itself and rank 7, which a grow added, before rank 1's parent sent the membership.
+        let mut d = node(4, 1);
+        d.handle(T, Input::Start);
+        let version = dvmlab_proto::wire::VERSION;
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 0,
+                version,
+            },
+        );
+        let peer = Peer::Daemon {
+            rank: 3,
+            host: "h3".into(),
+        };
+        d.handle(
+            T,
+            Input::Hello {
+                link: 10,
+                peer,
+                version,
+            },
+        );
+        let member = |rank: Rank, parent: Rank| Member {
+            rank,
+            host: format!("h{rank}"),
+            parent,
+            epoch: 5 + u64::from(rank),
+            via: 5,
+            uri: String::new(),
+        };
+        let msg = DaemonMsg::Report {
+            members: vec![member(3, 1), member(7, 3)],
+        };
+        let out = d.handle(T, Input::Frame { link: 10, msg });
+        assert_eq!(reported_up(&out, 1), [3], "{out:?}");
+        let wireup = crate::roster::Wireup {
+            epoch: 1,
+            added: (4..8).map(|r| (r, format!("h{r}"))).collect(),
+            departed: IdSet::new(),
+        };
+        let out = d.handle(
+            T,
+            Input::Frame {
+                link: 1,
+                msg: DaemonMsg::Wireup { wireup },
+            },
+        );
+        assert_eq!(reported_up(&out, 1), [7], "{out:?}");
     }
 
     #[test]

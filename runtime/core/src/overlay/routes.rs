@@ -11,7 +11,16 @@ impl Node {
         let mut accepted = Vec::new();
         let mut foreign = Vec::new();
         for m in members {
-            if m.rank == 0 || !self.roster.contains(m.rank) || m.rank == self.me {
+            if m.rank == 0 || m.rank == self.me {
+                continue;
+            }
+            if !self.roster.contains(m.rank) {
+                // Only the controller's membership is the DVM's: a daemon's may lag.
+                if !self.is_controller()
+                    && (self.held.len() < MAX_HELD_MEMBERS || self.held.contains_key(&m.rank))
+                {
+                    self.held.insert(m.rank, (link, m));
+                }
                 continue;
             }
             // A rank that left the DVM and comes back through a daemon that had not heard
@@ -28,6 +37,7 @@ impl Node {
                 );
                 continue;
             }
+            self.held.remove(&m.rank);
             // A daemon speaks only for its own subtree: whoever it is connected to, the ranks
             // below it are its descendants by the tree formula.
             if !self.cfg.tree.is_ancestor_or_self(child, m.rank) {
