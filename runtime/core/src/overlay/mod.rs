@@ -49,8 +49,9 @@ pub const MISSED_HEARTBEATS: u32 = 3;
 pub const MAX_RELAYED_TOOLS: usize = dvmlab_proto::limits::MAX_CONNECTIONS;
 
 /// Ranks a daemon keeps from its children's reports before its own membership names them
-/// (see `Node::held`).
-pub const MAX_HELD_MEMBERS: usize = 4096;
+/// (see `Node::held`): one per rank a DVM may have, each a descendant of the child that
+/// reported it, so no more than its routes may hold.
+pub const MAX_HELD_MEMBERS: usize = dvmlab_proto::limits::MAX_NODES;
 
 /// Static facts the core needs: who it is and the DVM's shape.
 #[derive(Debug, Clone)]
@@ -348,7 +349,7 @@ pub struct Node {
     /// link each came by: a daemon that (re)started takes children before its parent told
     /// it of the ranks grows added, and dropping them would leave those ranks lost for good
     /// (their own links stay up, so nothing reports them again). Taken once a membership
-    /// names them; at most [`MAX_HELD_MEMBERS`].
+    /// names them, or until their link drops or reports them lost.
     held: BTreeMap<Rank, (LinkId, Member)>,
     /// The controller: relayed tools by the link id it gave them, and the other way round.
     relayed: HashMap<LinkId, Relayed>,
@@ -793,6 +794,13 @@ impl Node {
 
     /// The routing state's invariants, checked in debug builds after every input.
     fn check(&self) {
+        for (rank, (link, _)) in &self.held {
+            debug_assert!(
+                !self.roster.contains(*rank) && self.children.contains_key(link),
+                "rank {}: {rank} held though the membership names it, or its link {link} is gone",
+                self.me
+            );
+        }
         for (rank, (link, _)) in &self.routes {
             debug_assert!(
                 self.children
@@ -973,6 +981,110 @@ mod tests {
             },
         );
         assert_eq!(reported_up(&out, 1), [7], "{out:?}");
+    }
+
+    /// Rank 1, restarted and not yet told of the grow that added ranks 4-7, with child 3
+    /// on link 10 that reported `members`; and the wireup that names ranks 4-7.
+    fn restarted_with_a_report(members: Vec<Member>) -> (Node, DaemonMsg) {
+        let mut d = node(4, 1);
+        d.handle(T, Input::Start);
+        let version = dvmlab_proto::wire::VERSION;
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 0,
+                version,
+            },
+        );
+        let peer = Peer::Daemon {
+            rank: 3,
+            host: "h3".into(),
+        };
+        d.handle(
+            T,
+            Input::Hello {
+                link: 10,
+                peer,
+                version,
+            },
+        );
+        d.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: DaemonMsg::Report { members },
+            },
+        );
+        let wireup = crate::roster::Wireup {
+            epoch: 1,
+            added: (4..8).map(|r| (r, format!("h{r}"))).collect(),
+            departed: IdSet::new(),
+        };
+        (d, DaemonMsg::Wireup { wireup })
+    }
+
+    #[test]
+    fn a_grown_rank_reported_lost_before_the_membership_named_it_is_not_reported_up() {
+        let (mut d, wireup) = restarted_with_a_report(vec![member(3, 1, 8), member(7, 3, 12)]);
+        let lost = DaemonMsg::Lost {
+            ranks: vec![RankEpoch {
+                rank: 7,
+                epoch: 12,
+                via: 0,
+            }],
+        };
+        d.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: lost,
+            },
+        );
+        let out = d.handle(
+            T,
+            Input::Frame {
+                link: 1,
+                msg: wireup,
+            },
+        );
+        assert!(reported_up(&out, 1).is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_held_rank_is_replaced_only_by_a_fresher_report_of_it() {
+        let (mut d, wireup) = restarted_with_a_report(vec![member(3, 1, 8), member(7, 3, 12)]);
+        // The same child reports 7 again as of an older path: the fresher report is the one
+        // that goes up.
+        let stale = DaemonMsg::Report {
+            members: vec![member(7, 3, 9)],
+        };
+        d.handle(
+            T,
+            Input::Frame {
+                link: 10,
+                msg: stale,
+            },
+        );
+        let out = d.handle(
+            T,
+            Input::Frame {
+                link: 1,
+                msg: wireup,
+            },
+        );
+        let epochs: Vec<u64> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Io(Io::Send {
+                    link: 1,
+                    frame: Frame::Daemon(DaemonMsg::Report { members }),
+                }) => Some(members.iter().filter(|m| m.rank == 7).map(|m| m.epoch)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(epochs, [12], "{out:?}");
     }
 
     #[test]

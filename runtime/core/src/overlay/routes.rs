@@ -16,10 +16,8 @@ impl Node {
             }
             if !self.roster.contains(m.rank) {
                 // Only the controller's membership is the DVM's: a daemon's may lag.
-                if !self.is_controller()
-                    && (self.held.len() < MAX_HELD_MEMBERS || self.held.contains_key(&m.rank))
-                {
-                    self.held.insert(m.rank, (link, m));
+                if !self.is_controller() {
+                    self.hold(link, child, m);
                 }
                 continue;
             }
@@ -37,7 +35,6 @@ impl Node {
                 );
                 continue;
             }
-            self.held.remove(&m.rank);
             // A daemon speaks only for its own subtree: whoever it is connected to, the ranks
             // below it are its descendants by the tree formula.
             if !self.cfg.tree.is_ancestor_or_self(child, m.rank) {
@@ -144,6 +141,17 @@ impl Node {
     }
 
     pub(super) fn on_lost(&mut self, link: LinkId, ranks: Vec<RankEpoch>) {
+        // A rank held for want of a membership that names it is gone as a routed one is: by
+        // the same link, as of the same report or a later one.
+        for re in &ranks {
+            if self
+                .held
+                .get(&re.rank)
+                .is_some_and(|(l, m)| *l == link && (m.via, m.epoch) <= (re.via, re.epoch))
+            {
+                self.held.remove(&re.rank);
+            }
+        }
         let gone: Vec<Rank> = ranks
             .into_iter()
             .filter(|re| self.routes.get(&re.rank) == Some(&(link, (re.via, re.epoch))))
@@ -151,6 +159,28 @@ impl Node {
             .collect();
         self.forget(link, gone);
         self.maybe_finish_stop();
+    }
+
+    /// Keeps member `m`, reported by `child` on `link`, until this daemon's membership names
+    /// it (see `Node::held`): only a descendant of `child`, and only over an older report of
+    /// it, as a route is replaced.
+    fn hold(&mut self, link: LinkId, child: Rank, m: Member) {
+        if m.rank as usize >= MAX_HELD_MEMBERS || !self.cfg.tree.is_ancestor_or_self(child, m.rank)
+        {
+            return self.note(Note::Refused {
+                link,
+                reason: format!(
+                    "rank {} reported by rank {child}: not a rank of a DVM below it",
+                    m.rank
+                ),
+            });
+        }
+        if let Some((_, old)) = self.held.get(&m.rank) {
+            if (m.via, m.epoch) < (old.via, old.epoch) {
+                return;
+            }
+        }
+        self.held.insert(m.rank, (link, m));
     }
 
     /// Drops routes to `gone` (all reached through `link`) and tells whoever is above.
