@@ -932,52 +932,12 @@ mod tests {
     fn a_restarted_daemon_reports_a_grown_rank_below_it_once_its_parent_named_it() {
         // Rank 1 (re)started and knows only prte.conf's four ranks; its child 3 reports
         // itself and rank 7, which a grow added, before rank 1's parent sent the membership.
-        let mut d = node(4, 1);
-        d.handle(T, Input::Start);
-        let version = dvmlab_proto::wire::VERSION;
-        d.handle(
-            T,
-            Input::UplinkUp {
-                link: 1,
-                rank: 0,
-                version,
-            },
-        );
-        let peer = Peer::Daemon {
-            rank: 3,
-            host: "h3".into(),
-        };
-        d.handle(
-            T,
-            Input::Hello {
-                link: 10,
-                peer,
-                version,
-            },
-        );
-        let member = |rank: Rank, parent: Rank| Member {
-            rank,
-            host: format!("h{rank}"),
-            parent,
-            epoch: 5 + u64::from(rank),
-            via: 5,
-            uri: String::new(),
-        };
-        let msg = DaemonMsg::Report {
-            members: vec![member(3, 1), member(7, 3)],
-        };
-        let out = d.handle(T, Input::Frame { link: 10, msg });
-        assert_eq!(reported_up(&out, 1), [3], "{out:?}");
-        let wireup = crate::roster::Wireup {
-            epoch: 1,
-            added: (4..8).map(|r| (r, format!("h{r}"))).collect(),
-            departed: IdSet::new(),
-        };
+        let (mut d, wireup) = restarted_with_a_report(vec![member(3, 1, 8), member(7, 3, 12)]);
         let out = d.handle(
             T,
             Input::Frame {
                 link: 1,
-                msg: DaemonMsg::Wireup { wireup },
+                msg: wireup,
             },
         );
         assert_eq!(reported_up(&out, 1), [7], "{out:?}");
@@ -1009,12 +969,16 @@ mod tests {
                 version,
             },
         );
-        d.handle(
+        let out = d.handle(
             T,
             Input::Frame {
                 link: 10,
                 msg: DaemonMsg::Report { members },
             },
+        );
+        assert!(
+            reported_up(&out, 1).iter().all(|r| d.roster.contains(*r)),
+            "a rank the membership does not name went up: {out:?}"
         );
         let wireup = crate::roster::Wireup {
             epoch: 1,
