@@ -984,23 +984,42 @@ mod tests {
         (BarrierRequests::new(fd), theirs, Mutex::new(barriers))
     }
 
-    #[tokio::test]
-    async fn a_barrier_completed_while_job_exec_takes_nothing_is_told_once_reading_resumes() {
-        let (mut requests, mut process, barriers) = barrier_socket(1);
-        let (tx, mut rx) = mpsc::channel(1);
-        tx.send(Input::ProcExited {
+    /// Job-exec's channel, with no room left (it holds one `ProcExited`).
+    async fn full_channel() -> (mpsc::Sender<Input>, mpsc::Receiver<Input>) {
+        let (tx, rx) = mpsc::channel(1);
+        let exited = Input::ProcExited {
             id: 1,
             proc: 0,
             status: 0,
-        })
-        .await
-        .unwrap();
+        };
+        tx.send(exited).await.expect("an empty channel takes one");
+        (tx, rx)
+    }
+
+    /// Lets the runtime's other work run until `done` holds.
+    async fn until(done: impl Fn() -> bool) {
+        while !done() {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_barrier_completed_while_job_exec_takes_nothing_is_told_once_reading_resumes() {
+        let (mut requests, mut process, barriers) = barrier_socket(1);
+        let (tx, mut rx) = full_channel().await;
         process.write_all(b"barrier 7\n").unwrap();
         // Job-exec's channel is full: the request is read and counted, the send waits, and
         // the reading stops there (the process exited).
+        let counted = || {
+            barriers
+                .lock()
+                .unwrap()
+                .get(&1)
+                .is_some_and(|b| b.entered.contains_key(&7))
+        };
         tokio::select! {
             _ = requests.serve(&barriers, &tx, 1) => panic!("served to the end"),
-            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+            _ = until(counted) => {}
         }
         assert_eq!(
             requests.complete,
@@ -1048,8 +1067,9 @@ mod tests {
         ));
     }
 
-    /// Gives its bytes, then nothing ever again: a pipe that something left running holds.
-    struct Held(Option<Vec<u8>>);
+    /// Gives its bytes (and says so), then nothing ever again: a pipe that something left
+    /// running holds.
+    struct Held(Option<Vec<u8>>, Arc<std::sync::atomic::AtomicBool>);
 
     impl tokio::io::AsyncRead for Held {
         fn poll_read(
@@ -1060,6 +1080,7 @@ mod tests {
             match self.0.take() {
                 Some(bytes) => {
                     buf.put_slice(&bytes);
+                    self.1.store(true, Ordering::Relaxed);
                     Poll::Ready(Ok(()))
                 }
                 None => Poll::Pending,
@@ -1069,26 +1090,19 @@ mod tests {
 
     #[tokio::test]
     async fn output_read_before_giving_up_goes_up_however_long_the_way_up_is_blocked() {
-        let (tx, mut rx) = mpsc::channel(1);
-        tx.send(Input::ProcExited {
-            id: 1,
-            proc: 0,
-            status: 0,
-        })
-        .await
-        .unwrap();
+        let (tx, mut rx) = full_channel().await;
         let give_up = CancellationToken::new();
+        let read = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let forwarding = {
-            let give_up = give_up.clone();
+            let (give_up, read) = (give_up.clone(), read.clone());
             tokio::spawn(async move {
-                let r = Held(Some(b"last words\n".to_vec()));
+                let r = Held(Some(b"last words\n".to_vec()), read);
                 forward(Some(r), tx, 1, 0, Stream::Stdout, &give_up).await
             })
         };
         // The line is read; its send waits for room. Giving up now stops only the reading.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        until(|| read.load(Ordering::Relaxed)).await;
         give_up.cancel();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         assert!(matches!(rx.recv().await, Some(Input::ProcExited { .. })));
         match rx.recv().await {
             Some(Input::ShellOutput { data, .. }) => assert_eq!(data, b"last words\n"),
@@ -1127,8 +1141,8 @@ mod tests {
                 async move { forward(Some(Endless), tx, 1, 0, Stream::Stdout, &give_up).await },
             )
         };
+        assert!(rx.recv().await.is_some(), "nothing read");
         let taking = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         give_up.cancel();
         let ended = tokio::time::timeout(std::time::Duration::from_secs(10), forwarding).await;
         assert!(ended.is_ok(), "still reading 10 s after giving up");
