@@ -63,6 +63,29 @@ pub struct Row {
     pub floor: Summary,
     /// In the order of the runs.
     pub runtimes: Vec<Option<Summary>>,
+    /// Per runtime, the smallest and largest ratio to the floor within one repetition (its
+    /// median over the floor measured beside it in that repetition); none below two
+    /// repetitions. The headline ratio (medians over medians) can sit inside this spread
+    /// while a target lies inside it too: then the run does not settle the target.
+    pub ratio_spread: Vec<Option<(f64, f64)>>,
+}
+
+/// The ratio to the floor within each repetition of `reps` that measured `key`.
+fn ratios_per_rep(reps: &[Measured], key: (Metric, usize)) -> Vec<f64> {
+    reps.iter()
+        .filter_map(|m| {
+            let here: Vec<_> = m
+                .samples
+                .iter()
+                .filter(|s| (s.metric, s.nodes) == key && s.floor.is_finite())
+                .collect();
+            let values: Vec<f64> = here.iter().map(|s| s.value).collect();
+            let floors: Vec<f64> = here.iter().map(|s| s.floor).collect();
+            (!here.is_empty())
+                .then(|| ratio(median(&values), median(&floors)))
+                .flatten()
+        })
+        .collect()
 }
 
 /// The rows of `runs`, in metric then size order.
@@ -91,6 +114,13 @@ pub fn rows(runs: &[Runs]) -> Vec<Row> {
                 nodes: key.1,
                 floor: Summary::of(floors.get(&key)?, false)?,
                 runtimes: per.iter().map(|(v, p)| Summary::of(v, *p)).collect(),
+                ratio_spread: runs
+                    .iter()
+                    .map(|r| {
+                        let v = ratios_per_rep(&r.reps, key);
+                        (v.len() > 1).then(|| range(&v))
+                    })
+                    .collect(),
             })
         })
         .collect()
@@ -128,9 +158,13 @@ pub fn markdown(runs: &[Runs], rows: &[Row]) -> String {
         for (i, v) in row.runtimes.iter().enumerate() {
             match v {
                 Some(v) => {
+                    let spread = match row.ratio_spread.get(i).copied().flatten() {
+                        Some((lo, hi)) => format!(" ({lo:.2}–{hi:.2})"),
+                        None => String::new(),
+                    };
                     let _ = write!(
                         s,
-                        " {} | {} |",
+                        " {} | {}{spread} |",
                         v.cell(),
                         x(ratio(v.median, row.floor.median))
                     );
@@ -198,7 +232,7 @@ pub fn legend(rows: &[Row]) -> String {
             crate::driver::POLL.as_millis()
         );
     }
-    s.push_str("- Medians over the repetitions, (min–max) beside them.\n");
+    s.push_str("- Medians over the repetitions, (min–max) beside them; beside a ratio to the floor, (min–max) of that ratio within one repetition.\n");
     s
 }
 
@@ -352,5 +386,63 @@ fn short(m: Metric) -> &'static str {
         Metric::Grow => "grow",
         Metric::Shrink => "shrink",
         Metric::OneShot => "one-shot",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::Sample;
+
+    fn job(value: f64, floor: f64) -> Sample {
+        Sample {
+            metric: Metric::Job,
+            nodes: 128,
+            value,
+            floor,
+            polled: false,
+        }
+    }
+
+    fn rep(samples: Vec<Sample>) -> Measured {
+        Measured {
+            samples,
+            ..Measured::default()
+        }
+    }
+
+    /// Each repetition's ratio is its own median over the floor measured beside it, so a
+    /// repetition on a slow moment of the machine (both slower) does not widen the spread.
+    #[test]
+    fn the_ratio_spread_is_taken_within_each_repetition() {
+        let runs = [Runs {
+            name: "r".into(),
+            reps: vec![
+                rep(vec![job(70.0, 50.0), job(75.0, 50.0), job(80.0, 50.0)]),
+                rep(vec![
+                    job(140.0, 100.0),
+                    job(150.0, 100.0),
+                    job(160.0, 100.0),
+                ]),
+                rep(vec![job(74.0, 50.0), job(78.0, 52.0), job(76.0, 51.0)]),
+            ],
+        }];
+        let rows = rows(&runs);
+        let (lo, hi) = rows[0].ratio_spread[0].expect("three repetitions");
+        assert!((lo - 76.0 / 51.0).abs() < 1e-9, "{lo}");
+        assert!((hi - 1.5).abs() < 1e-9, "{hi}");
+        let md = markdown(&runs, &rows);
+        assert!(md.contains("× (1.49–1.50) |"), "{md}");
+    }
+
+    #[test]
+    fn one_repetition_has_no_ratio_spread() {
+        let runs = [Runs {
+            name: "r".into(),
+            reps: vec![rep(vec![job(70.0, 50.0), job(75.0, 50.0)])],
+        }];
+        let rows = rows(&runs);
+        assert_eq!(rows[0].ratio_spread, vec![None]);
+        assert!(markdown(&runs, &rows).contains("| 1.50× |"));
     }
 }
