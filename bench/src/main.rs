@@ -248,13 +248,17 @@ fn run(profiles: &[PathBuf], plan: &Plan, common: &Common, name: &str) -> Result
 /// [`CONTROLLER_TARGET_MIB`].
 fn print_targets(runs: &[Runs]) {
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
-    for (name, nodes, median, floor, spread) in
-        medians(runs, Metric::Job, |n| matches!(n, 32 | 128))
-    {
-        let x = median / floor.max(1e-9);
+    for (name, nodes, median, floor, r) in medians(runs, Metric::Job, |n| matches!(n, 32 | 128)) {
+        let r = r.unwrap_or(report::Ratio {
+            median: median / floor.max(1e-9),
+            min: f64::NAN,
+            max: f64::NAN,
+            reps: 1,
+        });
         println!(
-            "target ({name}, {nodes} nodes): job within {JOB_TARGET}x of the floor: {x:.2}x, {}",
-            job_verdict(x, spread)
+            "target ({name}, {nodes} nodes): job within {JOB_TARGET}x of the floor: {:.2}x, {}",
+            r.median,
+            job_verdict(&r)
         );
     }
     for (name, nodes, median, _, _) in
@@ -280,40 +284,48 @@ fn print_targets(runs: &[Runs]) {
     }
 }
 
-/// The job goal's verdict for the ratio `x` of the medians, given the spread of the ratio
-/// within single repetitions: a target inside that spread is met or missed by the run's
-/// noise, and the verdict says so rather than pass a coin flip for a result.
-fn job_verdict(x: f64, spread: Option<(f64, f64)>) -> String {
-    let met = if x <= JOB_TARGET { "met" } else { "MISSED" };
-    match spread {
-        Some((lo, hi)) if lo <= JOB_TARGET && JOB_TARGET < hi => {
-            format!("{met} by the medians, but {JOB_TARGET}x lies inside its repetitions' spread ({lo:.2}x–{hi:.2}x): this run does not settle it")
-        }
-        Some((lo, hi)) => format!("{met} in every repetition ({lo:.2}x–{hi:.2}x)"),
-        None => met.to_string(),
+/// The job goal's verdict for a ratio taken in each repetition: met or missed in every one,
+/// or, when the goal lies between the smallest and the largest, not settled by this run
+/// (said so rather than a coin flip passed off as a result).
+fn job_verdict(r: &report::Ratio) -> String {
+    let met = if r.median <= JOB_TARGET {
+        "met"
+    } else {
+        "MISSED"
+    };
+    if r.reps < 2 {
+        return met.to_string();
+    }
+    let spread = format!("{:.2}x–{:.2}x", r.min, r.max);
+    if r.max <= JOB_TARGET {
+        format!("met in every repetition ({spread})")
+    } else if r.min > JOB_TARGET {
+        format!("MISSED in every repetition ({spread})")
+    } else {
+        format!("{met} by the median, but the repetitions spread over {spread}: this run does not settle it")
     }
 }
 
-/// One runtime's median of a figure at one size, the floor's, and the spread of its ratio
-/// within single repetitions (when there were several).
-type Median = (String, usize, f64, f64, Option<(f64, f64)>);
+/// One runtime's median of a figure at one size, the floor's, and its ratio to the floor
+/// taken in each repetition (where its figures carry a floor).
+type Median = (String, usize, f64, f64, Option<report::Ratio>);
 
 /// Each runtime's median of `metric` at the node counts `nodes` accepts, with the floor's
-/// and the spread of the ratio.
+/// and the ratio.
 fn medians(runs: &[Runs], metric: Metric, nodes: impl Fn(usize) -> bool) -> Vec<Median> {
     let mut out = Vec::new();
     for row in report::rows(runs)
         .iter()
         .filter(|row| row.metric == metric && nodes(row.nodes))
     {
-        for ((r, v), spread) in runs.iter().zip(&row.runtimes).zip(&row.ratio_spread) {
+        for ((r, v), ratio) in runs.iter().zip(&row.runtimes).zip(&row.ratios) {
             if let Some(v) = v {
                 out.push((
                     r.name.clone(),
                     row.nodes,
                     v.median,
                     row.floor.median,
-                    *spread,
+                    *ratio,
                 ));
             }
         }
@@ -494,23 +506,38 @@ fn rebuild_readme(dir: &Path, readme: &Path, docs: &Path) -> Result<(), String> 
 mod tests {
     use super::*;
 
+    fn ratio(median: f64, min: f64, max: f64) -> report::Ratio {
+        report::Ratio {
+            median,
+            min,
+            max,
+            reps: 3,
+        }
+    }
+
     #[test]
     fn a_job_goal_inside_the_repetitions_spread_is_not_called_settled() {
         assert_eq!(
-            job_verdict(1.42, Some((1.38, 1.45))),
+            job_verdict(&ratio(1.42, 1.38, 1.45)),
             "met in every repetition (1.38x–1.45x)"
         );
         assert_eq!(
-            job_verdict(1.56, Some((1.52, 1.60))),
+            job_verdict(&ratio(1.56, 1.52, 1.60)),
             "MISSED in every repetition (1.52x–1.60x)"
         );
-        let edge = job_verdict(1.50, Some((1.46, 1.53)));
+        // The goal itself counts as met, at either end of the spread.
+        assert!(job_verdict(&ratio(1.48, 1.45, 1.50)).starts_with("met in every"));
+        let edge = job_verdict(&ratio(1.52, 1.50, 1.55));
         assert!(
-            edge.starts_with("met by the medians") && edge.contains("does not settle"),
+            edge.starts_with("MISSED by the median") && edge.contains("does not settle"),
             "{edge}"
         );
-        let edge = job_verdict(1.51, Some((1.49, 1.55)));
-        assert!(edge.starts_with("MISSED by the medians"), "{edge}");
-        assert_eq!(job_verdict(1.60, None), "MISSED");
+        let edge = job_verdict(&ratio(1.50, 1.46, 1.53));
+        assert!(edge.starts_with("met by the median"), "{edge}");
+        let one = report::Ratio {
+            reps: 1,
+            ..ratio(1.60, 1.60, 1.60)
+        };
+        assert_eq!(job_verdict(&one), "MISSED");
     }
 }

@@ -63,29 +63,61 @@ pub struct Row {
     pub floor: Summary,
     /// In the order of the runs.
     pub runtimes: Vec<Option<Summary>>,
-    /// Per runtime, the smallest and largest ratio to the floor within one repetition (its
-    /// median over the floor measured beside it in that repetition); none below two
-    /// repetitions. The headline ratio (medians over medians) can sit inside this spread
-    /// while a target lies inside it too: then the run does not settle the target.
-    pub ratio_spread: Vec<Option<(f64, f64)>>,
+    /// Per runtime, its ratio to the floor (see [`Ratio`]); none where its figure has no
+    /// floor measured beside it.
+    pub ratios: Vec<Option<Ratio>>,
 }
 
-/// The ratio to the floor within each repetition of `reps` that measured `key`.
-fn ratios_per_rep(reps: &[Measured], key: (Metric, usize)) -> Vec<f64> {
-    reps.iter()
-        .filter_map(|m| {
-            let here: Vec<_> = m
-                .samples
-                .iter()
-                .filter(|s| (s.metric, s.nodes) == key && s.floor.is_finite())
-                .collect();
-            let values: Vec<f64> = here.iter().map(|s| s.value).collect();
-            let floors: Vec<f64> = here.iter().map(|s| s.floor).collect();
-            (!here.is_empty())
-                .then(|| ratio(median(&values), median(&floors)))
-                .flatten()
+/// A runtime's ratio to the floor at one figure and size, taken within each repetition (the
+/// repetition's median over the median of the floor measured beside it there), so a slow
+/// moment of the machine moves both sides and not the ratio.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ratio {
+    /// The median over the repetitions: with an odd count, one of them.
+    pub median: f64,
+    /// The smallest and largest; a goal between them is not settled by the run.
+    pub min: f64,
+    pub max: f64,
+    pub reps: usize,
+}
+
+impl Ratio {
+    fn of(reps: &[Measured], key: (Metric, usize)) -> Option<Ratio> {
+        let per_rep: Vec<f64> = reps
+            .iter()
+            .filter_map(|m| {
+                let here: Vec<_> = m
+                    .samples
+                    .iter()
+                    .filter(|s| (s.metric, s.nodes) == key && s.floor.is_finite())
+                    .collect();
+                let values: Vec<f64> = here.iter().map(|s| s.value).collect();
+                let floors: Vec<f64> = here.iter().map(|s| s.floor).collect();
+                (!here.is_empty())
+                    .then(|| ratio(median(&values), median(&floors)))
+                    .flatten()
+            })
+            .collect();
+        if per_rep.is_empty() {
+            return None;
+        }
+        let (min, max) = range(&per_rep);
+        Some(Ratio {
+            median: median(&per_rep),
+            min,
+            max,
+            reps: per_rep.len(),
         })
-        .collect()
+    }
+
+    /// `1.50×`, with `(1.47–1.52)` beside it over several repetitions.
+    fn cell(&self) -> String {
+        if self.reps > 1 {
+            format!("{:.2}× ({:.2}–{:.2})", self.median, self.min, self.max)
+        } else {
+            format!("{:.2}×", self.median)
+        }
+    }
 }
 
 /// The rows of `runs`, in metric then size order.
@@ -114,13 +146,7 @@ pub fn rows(runs: &[Runs]) -> Vec<Row> {
                 nodes: key.1,
                 floor: Summary::of(floors.get(&key)?, false)?,
                 runtimes: per.iter().map(|(v, p)| Summary::of(v, *p)).collect(),
-                ratio_spread: runs
-                    .iter()
-                    .map(|r| {
-                        let v = ratios_per_rep(&r.reps, key);
-                        (v.len() > 1).then(|| range(&v))
-                    })
-                    .collect(),
+                ratios: runs.iter().map(|r| Ratio::of(&r.reps, key)).collect(),
             })
         })
         .collect()
@@ -158,16 +184,13 @@ pub fn markdown(runs: &[Runs], rows: &[Row]) -> String {
         for (i, v) in row.runtimes.iter().enumerate() {
             match v {
                 Some(v) => {
-                    let spread = match row.ratio_spread.get(i).copied().flatten() {
-                        Some((lo, hi)) => format!(" ({lo:.2}–{hi:.2})"),
-                        None => String::new(),
+                    // A runtime whose figures carry no floor of their own (a peer measured
+                    // beside the floor of another) is set against the row's floor.
+                    let r = match row.ratios.get(i).copied().flatten() {
+                        Some(r) => r.cell(),
+                        None => x(ratio(v.median, row.floor.median)),
                     };
-                    let _ = write!(
-                        s,
-                        " {} | {}{spread} |",
-                        v.cell(),
-                        x(ratio(v.median, row.floor.median))
-                    );
+                    let _ = write!(s, " {} | {r} |", v.cell());
                 }
                 None => s.push_str(" – | – |"),
             }
@@ -232,7 +255,7 @@ pub fn legend(rows: &[Row]) -> String {
             crate::driver::POLL.as_millis()
         );
     }
-    s.push_str("- Medians over the repetitions, (min–max) beside them; beside a ratio to the floor, (min–max) of that ratio within one repetition.\n");
+    s.push_str("- Medians over the repetitions, (min–max) beside them. A ratio to the floor is taken within each repetition (its median over the floor measured beside it there): the median of those, (min–max) beside it.\n");
     s
 }
 
@@ -342,7 +365,10 @@ pub fn ratio_panel(runs: &[Runs], metrics: &[Metric], target: Option<f64>) -> Op
                 .filter_map(|row| {
                     Some((
                         row.nodes as f64,
-                        ratio(row.runtimes[i]?.median, row.floor.median)?,
+                        match row.ratios[i] {
+                            Some(r) => r.median,
+                            None => ratio(row.runtimes[i]?.median, row.floor.median)?,
+                        },
                     ))
                 })
                 .collect();
@@ -412,9 +438,10 @@ mod tests {
     }
 
     /// Each repetition's ratio is its own median over the floor measured beside it, so a
-    /// repetition on a slow moment of the machine (both slower) does not widen the spread.
+    /// repetition on a slow moment of the machine (both slower) does not widen the spread;
+    /// the headline is the median of those ratios, so it lies within their spread.
     #[test]
-    fn the_ratio_spread_is_taken_within_each_repetition() {
+    fn the_ratio_is_taken_within_each_repetition_and_its_median_lies_in_its_spread() {
         let runs = [Runs {
             name: "r".into(),
             reps: vec![
@@ -428,21 +455,73 @@ mod tests {
             ],
         }];
         let rows = rows(&runs);
-        let (lo, hi) = rows[0].ratio_spread[0].expect("three repetitions");
-        assert!((lo - 76.0 / 51.0).abs() < 1e-9, "{lo}");
-        assert!((hi - 1.5).abs() < 1e-9, "{hi}");
+        let r = rows[0].ratios[0].expect("three repetitions");
+        assert!((r.min - 76.0 / 51.0).abs() < 1e-9, "{r:?}");
+        assert!((r.max - 1.5).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.median, 1.5);
+        assert_eq!(r.reps, 3);
         let md = markdown(&runs, &rows);
-        assert!(md.contains("× (1.49–1.50) |"), "{md}");
+        assert!(md.contains("| 1.50× (1.49–1.50) |"), "{md}");
+    }
+
+    /// In a comparison each runtime is set against the floor measured beside its own
+    /// figures, not the floors pooled over every runtime.
+    #[test]
+    fn each_runtime_is_set_against_the_floor_measured_beside_it() {
+        let fast = |v| rep(vec![job(v, 100.0)]);
+        let slow = |v| rep(vec![job(v, 130.0)]);
+        let runs = [
+            Runs {
+                name: "a".into(),
+                reps: vec![slow(195.0), slow(195.0), slow(195.0)],
+            },
+            Runs {
+                name: "b".into(),
+                reps: vec![fast(155.0), fast(160.0), fast(165.0)],
+            },
+        ];
+        let rows = rows(&runs);
+        let b = rows[0].ratios[1].expect("b was measured");
+        assert!((b.median - 1.60).abs() < 1e-9, "{b:?}");
+        assert!(
+            (b.min - 1.55).abs() < 1e-9 && (b.max - 1.65).abs() < 1e-9,
+            "{b:?}"
+        );
+        let a = rows[0].ratios[0].expect("a was measured");
+        assert!((a.median - 1.5).abs() < 1e-9, "{a:?}");
     }
 
     #[test]
-    fn one_repetition_has_no_ratio_spread() {
+    fn one_repetition_has_a_ratio_and_no_spread() {
         let runs = [Runs {
             name: "r".into(),
             reps: vec![rep(vec![job(70.0, 50.0), job(75.0, 50.0)])],
         }];
         let rows = rows(&runs);
-        assert_eq!(rows[0].ratio_spread, vec![None]);
+        assert_eq!(rows[0].ratios[0].map(|r| r.reps), Some(1));
         assert!(markdown(&runs, &rows).contains("| 1.50× |"));
+    }
+
+    /// A figure without a floor of its own (a peer measured beside another's floor) still
+    /// gets a ratio, against the row's floor.
+    #[test]
+    fn a_figure_without_its_own_floor_is_set_against_the_rows_floor() {
+        let runs = [
+            Runs {
+                name: "a".into(),
+                reps: vec![rep(vec![job(60.0, 50.0)])],
+            },
+            Runs {
+                name: "peer".into(),
+                reps: vec![rep(vec![job(500.0, f64::NAN)])],
+            },
+        ];
+        let rows = rows(&runs);
+        assert_eq!(rows[0].ratios[1], None);
+        assert!(
+            markdown(&runs, &rows).contains("| 10.00× |"),
+            "{}",
+            markdown(&runs, &rows)
+        );
     }
 }

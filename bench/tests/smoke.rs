@@ -55,8 +55,12 @@ fn row(md: &str, measure: &str, nodes: usize) -> Vec<String> {
         .collect()
 }
 
+/// The ratio in a cell: `1.50×`, or `1.50× (1.47–1.52)` over several repetitions.
 fn ratio(cell: &str) -> f64 {
-    cell.trim_end_matches('×')
+    cell.split(' ')
+        .next()
+        .unwrap_or(cell)
+        .trim_end_matches('×')
         .parse()
         .unwrap_or_else(|_| panic!("{cell:?} is not a ratio"))
 }
