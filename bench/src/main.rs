@@ -248,22 +248,15 @@ fn run(profiles: &[PathBuf], plan: &Plan, common: &Common, name: &str) -> Result
 /// [`CONTROLLER_TARGET_MIB`].
 fn print_targets(runs: &[Runs]) {
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
-    for (name, nodes, median, floor, r) in medians(runs, Metric::Job, |n| matches!(n, 32 | 128)) {
-        let r = r.unwrap_or(report::Ratio {
-            median: median / floor.max(1e-9),
-            min: f64::NAN,
-            max: f64::NAN,
-            reps: 1,
-        });
+    for (name, nodes, _, r) in medians(runs, Metric::Job, |n| matches!(n, 32 | 128)) {
+        let Some(r) = r else { continue };
         println!(
             "target ({name}, {nodes} nodes): job within {JOB_TARGET}x of the floor: {:.2}x, {}",
             r.median,
             job_verdict(&r)
         );
     }
-    for (name, nodes, median, _, _) in
-        medians(runs, Metric::FormControllerLast, |n| n >= SCALE_FROM)
-    {
+    for (name, nodes, median, _) in medians(runs, Metric::FormControllerLast, |n| n >= SCALE_FROM) {
         println!(
             "target ({name}, {nodes} nodes): formed within {FORM_TARGET_MS} ms of the last start: {median:.0} ms, {}",
             verdict(median <= FORM_TARGET_MS)
@@ -306,27 +299,20 @@ fn job_verdict(r: &report::Ratio) -> String {
     }
 }
 
-/// One runtime's median of a figure at one size, the floor's, and its ratio to the floor
-/// taken in each repetition (where its figures carry a floor).
-type Median = (String, usize, f64, f64, Option<report::Ratio>);
+/// One runtime's median of a figure at one size and its ratio to the floor.
+type Median = (String, usize, f64, Option<report::Ratio>);
 
-/// Each runtime's median of `metric` at the node counts `nodes` accepts, with the floor's
-/// and the ratio.
+/// Each runtime's median of `metric` at the node counts `nodes` accepts, with its ratio to
+/// the floor.
 fn medians(runs: &[Runs], metric: Metric, nodes: impl Fn(usize) -> bool) -> Vec<Median> {
     let mut out = Vec::new();
     for row in report::rows(runs)
         .iter()
         .filter(|row| row.metric == metric && nodes(row.nodes))
     {
-        for ((r, v), ratio) in runs.iter().zip(&row.runtimes).zip(&row.ratios) {
+        for (i, (r, v)) in runs.iter().zip(&row.runtimes).enumerate() {
             if let Some(v) = v {
-                out.push((
-                    r.name.clone(),
-                    row.nodes,
-                    v.median,
-                    row.floor.median,
-                    *ratio,
-                ));
+                out.push((r.name.clone(), row.nodes, v.median, row.ratio(i)));
             }
         }
     }

@@ -120,6 +120,27 @@ impl Ratio {
     }
 }
 
+impl Row {
+    /// Runtime `i`'s ratio to the floor: its own (see [`Ratio`]), or, when its figures carry
+    /// no floor of their own (a peer measured beside the floor of another), its median over
+    /// the row's floor, as one figure without a spread.
+    pub fn ratio(&self, i: usize) -> Option<Ratio> {
+        if let Some(r) = self.ratios.get(i).copied().flatten() {
+            return Some(r);
+        }
+        let median = ratio(
+            self.runtimes.get(i).copied().flatten()?.median,
+            self.floor.median,
+        )?;
+        Some(Ratio {
+            median,
+            min: median,
+            max: median,
+            reps: 1,
+        })
+    }
+}
+
 /// The rows of `runs`, in metric then size order.
 pub fn rows(runs: &[Runs]) -> Vec<Row> {
     type Key = (Metric, usize);
@@ -184,12 +205,7 @@ pub fn markdown(runs: &[Runs], rows: &[Row]) -> String {
         for (i, v) in row.runtimes.iter().enumerate() {
             match v {
                 Some(v) => {
-                    // A runtime whose figures carry no floor of their own (a peer measured
-                    // beside the floor of another) is set against the row's floor.
-                    let r = match row.ratios.get(i).copied().flatten() {
-                        Some(r) => r.cell(),
-                        None => x(ratio(v.median, row.floor.median)),
-                    };
+                    let r = row.ratio(i).map_or("–".into(), |r| r.cell());
                     let _ = write!(s, " {} | {r} |", v.cell());
                 }
                 None => s.push_str(" – | – |"),
@@ -256,6 +272,14 @@ pub fn legend(rows: &[Row]) -> String {
         );
     }
     s.push_str("- Medians over the repetitions, (min–max) beside them. A ratio to the floor is taken within each repetition (its median over the floor measured beside it there): the median of those, (min–max) beside it.\n");
+    if rows.iter().any(|r| {
+        r.runtimes
+            .iter()
+            .zip(&r.ratios)
+            .any(|(v, own)| v.is_some() && own.is_none())
+    }) {
+        s.push_str("- A ratio with no (min–max) beside it over several repetitions belongs to a runtime measured beside another's floor: it is its median over the floor's.\n");
+    }
     s
 }
 
@@ -362,15 +386,7 @@ pub fn ratio_panel(runs: &[Runs], metrics: &[Metric], target: Option<f64>) -> Op
             let points: Vec<(f64, f64)> = all
                 .iter()
                 .filter(|row| row.metric == m)
-                .filter_map(|row| {
-                    Some((
-                        row.nodes as f64,
-                        match row.ratios[i] {
-                            Some(r) => r.median,
-                            None => ratio(row.runtimes[i]?.median, row.floor.median)?,
-                        },
-                    ))
-                })
+                .filter_map(|row| Some((row.nodes as f64, row.ratio(i)?.median)))
                 .collect();
             if points.len() >= 2 {
                 series.push(Series {
@@ -518,10 +534,9 @@ mod tests {
         ];
         let rows = rows(&runs);
         assert_eq!(rows[0].ratios[1], None);
-        assert!(
-            markdown(&runs, &rows).contains("| 10.00× |"),
-            "{}",
-            markdown(&runs, &rows)
-        );
+        assert_eq!(rows[0].ratio(1).map(|r| r.median), Some(10.0));
+        let md = markdown(&runs, &rows);
+        assert!(md.contains("| 10.00× |"), "{md}");
+        assert!(legend(&rows).contains("measured beside another's floor"));
     }
 }
