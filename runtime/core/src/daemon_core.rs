@@ -61,6 +61,8 @@ pub enum Timer {
     Net(overlay::Timer),
     JobLimit(JobId),
     Campaign(campaign::CampaignId),
+    /// The hold on a job's start report (comes back as `exec::Input::StartDue`).
+    StartHold(JobId),
 }
 
 /// Something for the shell to do.
@@ -74,6 +76,10 @@ pub enum Output {
         timer: Timer,
         delay: Duration,
     },
+    /// A timer set earlier is not needed any more (only [`Timer::StartHold`]s are
+    /// cancelled: a job's start usually goes up with its finish, long before the hold runs
+    /// out, and a wakeup per job for nothing would cost what the hold saves).
+    CancelTimer(Timer),
     /// Controller: keep this list of live jobs where a restarted controller finds it.
     Persist(Saved),
     /// Worth an error line in the log.
@@ -207,6 +213,12 @@ impl DaemonCore {
             m.set_fault(elastic.as_ref().and_then(|c| c.fault));
             self.campaigns = elastic.map(Campaigns::new);
         }
+    }
+
+    /// How long a daemon below the controller may hold a job's start report back (see
+    /// [`JobExec::set_start_hold`]).
+    pub fn set_start_hold(&mut self, hold: Duration) {
+        self.exec.set_start_hold(hold);
     }
 
     /// The overlay (membership, routes, formation), for status and invariants.
@@ -647,6 +659,11 @@ impl DaemonCore {
                 return self.run(now, VecDeque::from([Work::Mgr(jobs::Input::Event(e))]))
             }
             exec::Output::Log(l) => Output::Log(l),
+            exec::Output::HoldStart { id, delay } => Output::SetTimer {
+                timer: Timer::StartHold(id),
+                delay,
+            },
+            exec::Output::ReleaseHold { id } => Output::CancelTimer(Timer::StartHold(id)),
         };
         self.out.push(out);
     }

@@ -9,6 +9,7 @@
 //! (numbered by the shell); the subtree behind each child link is given as an idset.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
 use crate::overlay::LinkId;
 use crate::tree::{RadixTree, Rank};
@@ -139,6 +140,10 @@ pub enum Input {
     /// Controller: these ranks became unreachable. Their shells are counted dead (finished
     /// by SIGKILL, released) and every job on them gets a fatal `node-failure` exception.
     Lost(IdSet),
+    /// The hold on job `id`'s start report ran out (see [`JobExec::set_start_hold`]).
+    StartDue {
+        id: JobId,
+    },
 }
 
 /// What the job shells of this daemon are to do; the daemon core passes these on to the
@@ -169,6 +174,16 @@ pub enum Output {
     Event(JobEvent),
     /// Something worth an error line in the log.
     Log(String),
+    /// Hand back [`Input::StartDue`] for job `id` after `delay`.
+    HoldStart {
+        id: JobId,
+        delay: Duration,
+    },
+    /// Job `id`'s start went up (or the job went) before its hold ran out: its
+    /// [`Output::HoldStart`] is not needed any more.
+    ReleaseHold {
+        id: JobId,
+    },
 }
 
 /// The local shell's lifecycle on this rank.
@@ -208,6 +223,10 @@ struct Job {
     /// subtree, yet the daemons on the old path hold it, and would otherwise hold it forever
     /// and tell the rank, if it came back below them, that the job still runs.
     down: BTreeSet<LinkId>,
+    /// The subtree's start may go up on its own: the hold ran out, or there was none.
+    start_due: bool,
+    /// An [`Output::HoldStart`] for this job is outstanding.
+    hold_timer: bool,
 }
 
 /// See the module documentation.
@@ -254,6 +273,9 @@ pub struct JobExec {
     /// again, and drops the rest (jobs that ended while this daemon was cut off, whose
     /// remove it never got). Under an older parent it is kept.
     stale_data: BTreeSet<JobId>,
+    /// How long a daemon below the controller may hold a job's start report back, waiting
+    /// for its finish to send both in one message (zero: not at all).
+    start_hold: Duration,
     pub counters: Counters,
     out: Vec<Output>,
 }
@@ -280,8 +302,20 @@ impl JobExec {
             infos: BTreeMap::new(),
             info_down: BTreeMap::new(),
             stale_data: BTreeSet::new(),
+            start_hold: Duration::ZERO,
             counters: Counters::default(),
             out: Vec::new(),
+        }
+    }
+
+    /// From now on, a daemon below the controller holds each new job's start report for up
+    /// to `hold` after the job reached it, unless something else of the job goes up first
+    /// (its finish, a barrier, output, an exception): a job whose processes end within
+    /// `hold` then reports start and finish upward in one message rather than two, on every
+    /// link of the tree, and its `RUN` state is seen at most `hold` late.
+    pub fn set_start_hold(&mut self, hold: Duration) {
+        if !self.controller {
+            self.start_hold = hold;
         }
     }
 
@@ -381,6 +415,12 @@ impl JobExec {
                 data,
             } => self.output_up(id, proc, stream, data),
             Input::Lost(ranks) => self.on_lost(ranks),
+            Input::StartDue { id } => {
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.hold_timer = false;
+                }
+                self.start_now(id);
+            }
         }
         std::mem::take(&mut self.out)
     }
@@ -821,7 +861,7 @@ impl JobExec {
         // new parent's answer may be older than what a child below knows (a rank that
         // re-homed to it since), and a job only this daemon's view calls a stray must not
         // be killed there.
-        if let Some(j) = self.jobs.remove(&id) {
+        if let Some(j) = self.forget(id) {
             let kill = ExecDown::Exception {
                 idset: j.ranks.clone(),
                 id,
@@ -866,6 +906,14 @@ impl JobExec {
                 let spec = self.infos.get(&id).cloned();
                 let mut job = Job::new(userid, idset.clone(), spec.clone());
                 job.down.extend(down);
+                if !self.start_hold.is_zero() && spec.is_some() {
+                    job.start_due = false;
+                    job.hold_timer = true;
+                    self.emit(Output::HoldStart {
+                        id,
+                        delay: self.start_hold,
+                    });
+                }
                 if idset.contains(self.me) {
                     match spec {
                         Some(spec) => {
@@ -885,7 +933,7 @@ impl JobExec {
             }
             UpdateType::Remove => {
                 self.fan_out_job(id, &idset, &fwd);
-                self.jobs.remove(&id);
+                self.forget(id);
                 self.infos.remove(&id);
                 self.info_down.remove(&id);
             }
@@ -913,6 +961,26 @@ impl JobExec {
         };
         f(j, me);
         self.progress(id);
+    }
+
+    /// Drops job `id` from the jobs tracked here; what it was.
+    fn forget(&mut self, id: JobId) -> Option<Job> {
+        let j = self.jobs.remove(&id)?;
+        if j.hold_timer {
+            self.emit(Output::ReleaseHold { id });
+        }
+        Some(j)
+    }
+
+    /// Something else of job `id` is about to go up, or its hold ran out: a start held
+    /// back goes first (every report of a job follows its start up the tree).
+    fn start_now(&mut self, id: JobId) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            if !j.start_due {
+                j.start_due = true;
+                self.progress(id);
+            }
+        }
     }
 
     fn on_up(&mut self, link: LinkId, req: ExecUp) {
@@ -1091,6 +1159,7 @@ impl JobExec {
                 data,
             }));
         }
+        self.start_now(id);
         let len = data.len();
         let req = ExecUp::Output {
             id,
@@ -1115,6 +1184,7 @@ impl JobExec {
         if self.controller {
             return self.emit(Output::Event(JobEvent::StdinAck { id, bytes }));
         }
+        self.start_now(id);
         let req = ExecUp::StdinAck { id, bytes };
         if self.ready {
             self.emit(Output::SendUp(req));
@@ -1129,6 +1199,7 @@ impl JobExec {
     /// one, every rank of the job.
     fn raise_up(&mut self, id: JobId, severity: u32, kind: String, note: String) {
         if !self.controller {
+            self.start_now(id);
             self.emit(Output::SendUp(ExecUp::Exception {
                 id,
                 severity,
@@ -1190,9 +1261,17 @@ impl JobExec {
         // The subtree can grow after a report went up (a child rejoins late): then the
         // newly complete ranks go up too. In steady state it is one message per event.
         let unsent_start = expect.difference(&j.sent_start);
-        if !unsent_start.is_empty() && all(&j.started) {
+        let unsent_finish = expect.difference(&j.sent_finish);
+        let finish_ready = !unsent_finish.is_empty() && all(&j.finished);
+        let barrier_ready = j.barrier.as_ref().is_some_and(|(_, entered)| all(entered));
+        let held = !j.start_due && !finish_ready && !barrier_ready;
+        if !unsent_start.is_empty() && all(&j.started) && !held {
             let first = j.sent_start.is_empty();
             j.sent_start = expect.clone();
+            if j.hold_timer {
+                j.hold_timer = false;
+                out.push(Output::ReleaseHold { id });
+            }
             if controller {
                 if first {
                     out.push(Output::Event(JobEvent::Started { id }));
@@ -1221,8 +1300,7 @@ impl JobExec {
                 }));
             }
         }
-        let unsent_finish = expect.difference(&j.sent_finish);
-        if !unsent_finish.is_empty() && all(&j.finished) {
+        if finish_ready {
             let first = j.sent_finish.is_empty();
             j.sent_finish = expect.clone();
             if controller {
@@ -1292,6 +1370,8 @@ impl Job {
             reported_release: IdSet::new(),
             fatal: None,
             down: BTreeSet::new(),
+            start_due: true,
+            hold_timer: false,
         }
     }
 }
@@ -1316,6 +1396,11 @@ mod tests {
         stdin: Vec<(Rank, JobId, Vec<u8>, bool)>,
         events: Vec<JobEvent>,
         logs: Vec<(Rank, String)>,
+        /// Per handling that sent anything up: the rank and what it sent, in order.
+        up: Vec<(Rank, Vec<&'static str>)>,
+        /// Start holds asked for, and given back, by rank and job.
+        holds: Vec<(Rank, JobId)>,
+        released_holds: Vec<(Rank, JobId)>,
     }
 
     /// A new upward link to a parent of this build.
@@ -1350,6 +1435,9 @@ mod tests {
                 stdin: vec![],
                 events: vec![],
                 logs: vec![],
+                up: vec![],
+                holds: vec![],
+                released_holds: vec![],
             };
             for r in 0..size {
                 let kids = s
@@ -1393,10 +1481,21 @@ mod tests {
 
         /// Rank `r` handles `input` now, ahead of the queue; what it sends is queued.
         fn deliver(&mut self, r: Rank, input: Input) {
+            let mut sent_up = vec![];
             for o in self.mods[r as usize].handle(input) {
                 match o {
                     Output::SendDown { link, msg } => self.push(link as Rank, Input::Down(msg)),
                     Output::SendUp(req) => {
+                        sent_up.push(match req {
+                            ExecUp::Hello => "hello",
+                            ExecUp::Start { .. } => "start",
+                            ExecUp::Barrier { .. } => "barrier",
+                            ExecUp::Finish { .. } => "finish",
+                            ExecUp::Exception { .. } => "exception",
+                            ExecUp::Release { .. } => "release",
+                            ExecUp::Output { .. } => "output",
+                            ExecUp::StdinAck { .. } => "stdin-ack",
+                        });
                         if let Some(p) = self.tree.parent(r) {
                             self.push(
                                 p,
@@ -1420,8 +1519,30 @@ mod tests {
                     }
                     Output::Event(e) => self.events.push(e),
                     Output::Log(l) => self.logs.push((r, l)),
+                    Output::HoldStart { id, .. } => self.holds.push((r, id)),
+                    Output::ReleaseHold { id } => self.released_holds.push((r, id)),
                 }
             }
+            if !sent_up.is_empty() {
+                self.up.push((r, sent_up));
+            }
+        }
+
+        /// Every daemon below the controller holds starts back (the controller never does).
+        fn hold_starts(&mut self) {
+            for m in &mut self.mods {
+                m.set_start_hold(Duration::from_millis(50));
+            }
+        }
+
+        /// What rank `r` sent up about jobs, one entry per handling.
+        fn sent_up(&self, r: Rank) -> Vec<Vec<&'static str>> {
+            self.up
+                .iter()
+                .filter(|(at, _)| *at == r)
+                .map(|(_, kinds)| kinds.iter().copied().filter(|k| *k != "hello").collect())
+                .filter(|kinds: &Vec<&str>| !kinds.is_empty())
+                .collect()
         }
 
         fn submit(&mut self, id: JobId, ranks: IdSet) {
@@ -1523,6 +1644,103 @@ mod tests {
                 m.me
             );
         }
+    }
+
+    /// A job whose processes end within the hold: every daemon sends its start up together
+    /// with its finish (one handling, so one write on its link) and no start on its own,
+    /// the controller still hears start before finish, and every hold asked for is given
+    /// back so no wakeup follows.
+    #[test]
+    fn a_short_jobs_start_goes_up_with_its_finish_in_one_message_per_link() {
+        let mut s = Sim::new(15, 2);
+        s.hold_starts();
+        let ranks = IdSet::range(1, 14);
+        s.submit(7, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 7 });
+        assert!(s.events.is_empty(), "held: {:?}", s.events);
+        assert_eq!(s.mods[0].counters.start, 0);
+        s.each(&ranks, |_| Input::ShellExited { id: 7, status: 0 });
+        s.each(&ranks, |_| Input::EpilogDone { id: 7 });
+        assert_eq!(
+            s.events[..2],
+            [
+                JobEvent::Started { id: 7 },
+                JobEvent::Finished { id: 7, status: 0 }
+            ]
+        );
+        assert!(matches!(
+            s.events.last(),
+            Some(JobEvent::Released { last: true, .. })
+        ));
+        for r in ranks.iter() {
+            let up = s.sent_up(r);
+            let starts: Vec<&Vec<&str>> = up.iter().filter(|k| k.contains(&"start")).collect();
+            assert_eq!(starts.len(), 1, "rank {r}: {up:?}");
+            assert_eq!(starts[0][..2], ["start", "finish"], "rank {r}: {up:?}");
+        }
+        assert_eq!(
+            (s.mods[0].counters.start, s.mods[0].counters.finish),
+            (2, 2)
+        );
+        let mut asked = s.holds.clone();
+        let mut given_back = s.released_holds.clone();
+        asked.sort();
+        given_back.sort();
+        assert_eq!(
+            asked.len(),
+            14,
+            "every daemon below the controller held: {asked:?}"
+        );
+        assert_eq!(asked, given_back);
+    }
+
+    /// A job that outlives the hold: nothing goes up until each daemon's hold runs out,
+    /// then the starts go up and the controller hears the job started; a hold that runs out
+    /// after its start went up (or its job went) changes nothing.
+    #[test]
+    fn a_held_start_goes_up_when_the_hold_runs_out() {
+        let mut s = Sim::new(7, 2);
+        s.hold_starts();
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        assert!(s.events.is_empty());
+        // The leaves' holds run out first: their parents still hold theirs.
+        s.each(&IdSet::range(3, 6), |_| Input::StartDue { id: 3 });
+        assert!(s.events.is_empty());
+        assert_eq!(s.mods[1].counters.start, 2);
+        s.each(&IdSet::range(1, 2), |_| Input::StartDue { id: 3 });
+        assert_eq!(s.events, vec![JobEvent::Started { id: 3 }]);
+        s.each(&ranks, |_| Input::StartDue { id: 3 });
+        s.each(&ranks, |_| Input::ShellExited { id: 3, status: 0 });
+        s.each(&ranks, |_| Input::EpilogDone { id: 3 });
+        s.each(&ranks, |_| Input::StartDue { id: 3 });
+        assert_eq!(s.events[1], JobEvent::Finished { id: 3, status: 0 });
+        assert_eq!(s.mods[0].counters.start, 2, "one start per child, no more");
+        assert!(s.logs.is_empty(), "{:?}", s.logs);
+    }
+
+    /// Output (or an exception, a barrier) of a job whose start is held goes up behind the
+    /// start, never ahead of it.
+    #[test]
+    fn output_of_a_job_whose_start_is_held_goes_up_behind_its_start() {
+        let mut s = Sim::new(3, 2);
+        s.hold_starts();
+        let ranks = IdSet::range(1, 2);
+        s.submit(5, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 5 });
+        s.push(
+            2,
+            Input::ShellOutput {
+                id: 5,
+                proc: 1,
+                stream: Stream::Stdout,
+                data: b"hi\n".to_vec(),
+            },
+        );
+        s.run();
+        assert_eq!(s.sent_up(2), vec![vec!["start", "output"]]);
+        assert!(s.sent_up(1).is_empty(), "rank 1's own start is still held");
     }
 
     #[test]

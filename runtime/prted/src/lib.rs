@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use dvmlab_core::conf::settings::expand_template;
 use dvmlab_core::daemon_core::{DaemonCore, Input, Now, Output, Timer};
-use dvmlab_core::exec::ShellCommand;
+use dvmlab_core::exec::{Input as ExecInput, JobId, ShellCommand};
 use dvmlab_core::identity::Role;
 use dvmlab_core::overlay::{self, Io, LinkId, NodeConfig, Note, MISSED_HEARTBEATS};
 use dvmlab_core::tree::Rank;
@@ -368,6 +368,7 @@ pub async fn run(
         }),
         s.max_launching,
     );
+    core.set_start_hold(s.start_hold);
     if role == Role::Controller && s.elastic {
         info!(
             "elastic mode: the DVM grows and shrinks on request; new daemons start through {:?}",
@@ -388,6 +389,9 @@ pub async fn run(
     // Inputs the shell itself produces (a link it had to drop, an epilog with nothing to
     // run), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();
+    // The start holds not yet run out, to be cancelled when the start goes up earlier: at
+    // most one per job this daemon tracks.
+    let mut holds: HashMap<JobId, tokio::task::AbortHandle> = HashMap::new();
 
     'main: loop {
         let mut outs = std::mem::take(&mut pending).into_iter().peekable();
@@ -427,12 +431,24 @@ pub async fn run(
                         Timer::Net(t) => Input::Net(overlay::Input::Timer(t)),
                         Timer::JobLimit(id) => Input::JobLimit(id),
                         Timer::Campaign(id) => Input::CampaignTimeout(id),
+                        Timer::StartHold(id) => Input::Shell(ExecInput::StartDue { id }),
                     };
-                    tokio::spawn(async move {
+                    let task = tokio::spawn(async move {
                         after(delay).await;
                         let _ = ev.send(Event::Input(input)).await;
                     });
+                    if let Timer::StartHold(id) = timer {
+                        if let Some(old) = holds.insert(id, task.abort_handle()) {
+                            old.abort();
+                        }
+                    }
                 }
+                Output::CancelTimer(Timer::StartHold(id)) => {
+                    if let Some(h) = holds.remove(&id) {
+                        h.abort();
+                    }
+                }
+                Output::CancelTimer(other) => warn!("timer {other:?} cannot be cancelled"),
                 Output::Shell(ShellCommand::Launch { id, spec }) => runner.launch(id, spec),
                 Output::Shell(ShellCommand::Kill { id, signal }) => runner.kill(id, signal),
                 Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
@@ -512,6 +528,9 @@ pub async fn run(
                 }
             }
         };
+        if let Input::Shell(ExecInput::StartDue { id }) = &input {
+            holds.remove(id);
+        }
         if let Input::Net(overlay::Input::Closed { link }) = &input {
             if let Some(h) = links.remove(link) {
                 h.reading.cancel();

@@ -27,6 +27,9 @@ use proptest::prelude::*;
 
 /// One simulated millisecond.
 pub const MS: u64 = 1;
+/// The daemons' start hold (simulated ms): shorter than the simulated jobs' default 50 ms,
+/// so runs see starts that go up when the hold runs out and starts that go up with finishes.
+const START_HOLD_MS: u64 = 20;
 pub const TOOL: LinkId = u64::MAX;
 /// Tools submitting jobs have links from here up, one each.
 pub const JOB_TOOLS: LinkId = 1 << 62;
@@ -526,6 +529,17 @@ impl Sim {
                 timer: Timer::JobLimit(_),
                 ..
             } => {}
+            Output::SetTimer {
+                timer: Timer::StartHold(id),
+                delay,
+            } => {
+                let t = self.now + delay.as_millis() as u64;
+                self.core_at(t, r, CoreInput::Shell(ShellInput::StartDue { id }));
+            }
+            // The hold is left to run out: the core takes a hold that ran out after its
+            // start went up (or its job went) as nothing, which the real shell's
+            // cancelling only spares it.
+            Output::CancelTimer(_) => {}
             Output::Shell(ShellCommand::Launch { id, .. }) => {
                 let life = self.life[r as usize];
                 if !self.launched.insert((r, life, id)) {
@@ -824,10 +838,10 @@ impl Sim {
                     // epoch is then the time of its connection, as in the real shell.
                     let cfg = self.cfg[r as usize].clone();
                     let recovered = (r == 0).then(Default::default);
-                    self.nodes.insert(
-                        r,
-                        DaemonCore::new(cfg, recovered, dvmlab_core::event::server::DEFAULT_RING),
-                    );
+                    let mut core =
+                        DaemonCore::new(cfg, recovered, dvmlab_core::event::server::DEFAULT_RING);
+                    core.set_start_hold(Duration::from_millis(START_HOLD_MS));
+                    self.nodes.insert(r, core);
                     self.feed(r, Input::Start);
                 }
                 Ev::Submit {

@@ -50,6 +50,15 @@ pub const RELEASE_COMMAND_PARAM: &str = "dvmlab_release_command";
 pub const ELASTIC_FAULT_PARAM: &str = "dvmlab_test_elastic_fault";
 /// At most this many jobs launching at once; the rest wait, mapped, for their turn.
 pub const MAX_LAUNCHING_PARAM: &str = "dvmlab_max_launching";
+/// Seconds a daemon below the controller may hold a job's start report back, so that a
+/// job whose processes end by then reports start and finish in one message (an extension;
+/// 0 turns it off).
+pub const START_HOLD_PARAM: &str = "dvmlab_start_hold";
+/// [`START_HOLD_PARAM`]'s default: longer than a short job's processes take on a busy node,
+/// short enough that nobody watching a job's state sees its `RUN` late.
+pub const DEFAULT_START_HOLD: Duration = Duration::from_millis(50);
+/// The longest [`START_HOLD_PARAM`] taken.
+pub const MAX_START_HOLD: Duration = Duration::from_secs(1);
 
 /// `prte.conf` keys that seed an MCA parameter, and that parameter's name. For these the
 /// command line beats the file, and the file beats the environment.
@@ -235,6 +244,8 @@ pub struct Settings {
     pub release_command: Option<Vec<String>>,
     /// [`MAX_LAUNCHING_PARAM`]; `None`: no limit but the live jobs'.
     pub max_launching: Option<usize>,
+    /// [`START_HOLD_PARAM`].
+    pub start_hold: Duration,
     pub dvm_temp_dir: PathBuf,
     /// `SessionTmpDir`, a template (see [`expand_template`]).
     pub session_tmp_dir: Option<String>,
@@ -405,6 +416,23 @@ impl Settings {
                 )),
             })
             .transpose()?;
+        let start_hold = match params.get(START_HOLD_PARAM) {
+            Some((v, o)) => {
+                let d = parse_seconds(v, &o, START_HOLD_PARAM)?;
+                if d > MAX_START_HOLD {
+                    return Err(bad_value(
+                        &o,
+                        &format!(
+                            "{START_HOLD_PARAM} must be at most {} seconds",
+                            MAX_START_HOLD.as_secs()
+                        ),
+                        v,
+                    ));
+                }
+                d
+            }
+            None => DEFAULT_START_HOLD,
+        };
         let flag = |key: &str| -> Result<bool, Diagnostic> {
             r.file(key)
                 .map(|(v, o)| parse_bool(&v, &o))
@@ -440,6 +468,7 @@ impl Settings {
             state_verbose,
             odls_verbose,
             max_launching,
+            start_hold,
             elastic_fault: params
                 .get(ELASTIC_FAULT_PARAM)
                 .map(|(v, o)| {
@@ -791,6 +820,22 @@ mod tests {
         .unwrap();
         assert_eq!(s.netmask, Some(16));
         assert_eq!(s.networks[1], NetSpec::Interface("eth1".into()));
+    }
+
+    #[test]
+    fn the_start_hold_defaults_to_50_ms_may_be_off_and_is_bounded() {
+        assert_eq!(
+            settings(MIN, &[], &[]).unwrap().start_hold,
+            DEFAULT_START_HOLD
+        );
+        let s = settings(MIN, &[("dvmlab_start_hold", "0")], &[]).unwrap();
+        assert_eq!(s.start_hold, Duration::ZERO);
+        let s = settings(MIN, &[], &[("PRTE_MCA_dvmlab_start_hold", "0.2")]).unwrap();
+        assert_eq!(s.start_hold, Duration::from_millis(200));
+        for bad in ["2", "-1", "soon"] {
+            let e = settings(MIN, &[("dvmlab_start_hold", bad)], &[]).unwrap_err();
+            assert!(e.to_string().contains("dvmlab_start_hold"), "{bad}: {e}");
+        }
     }
 
     #[test]
