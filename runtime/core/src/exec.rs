@@ -558,6 +558,12 @@ impl JobExec {
         for link in std::mem::take(&mut self.waiting) {
             self.answer_hello(link);
         }
+        // Nothing went up before the new parent knew the jobs: now it does, each job's
+        // start ahead of the output held meanwhile.
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        for id in ids {
+            self.progress(id);
+        }
         if self.dropped_bytes > 0 {
             self.emit(Output::Log(format!(
                 "{} bytes of job output dropped while reconnecting (at most {HELD_OUTPUT} are held)",
@@ -719,11 +725,6 @@ impl JobExec {
                 }
                 if initial {
                     self.become_ready();
-                    // Nothing went up before the new parent knew the jobs: now it does.
-                    let ids: Vec<JobId> = self.jobs.keys().copied().collect();
-                    for id in ids {
-                        self.progress(id);
-                    }
                 }
             }
             ExecDown::JobInfo { idset, id, spec } => {
@@ -1268,6 +1269,9 @@ impl JobExec {
         if !unsent_start.is_empty() && all(&j.started) && !held {
             let first = j.sent_start.is_empty();
             j.sent_start = expect.clone();
+            // Once a start went up, it is never held again: sent again to a new parent after
+            // a re-hello (its timer is gone by then), it goes at once.
+            j.start_due = true;
             if j.hold_timer {
                 j.hold_timer = false;
                 out.push(Output::ReleaseHold { id });
@@ -1528,11 +1532,29 @@ mod tests {
             }
         }
 
-        /// Every daemon below the controller holds starts back (the controller never does).
-        fn hold_starts(&mut self) {
-            for m in &mut self.mods {
+        /// A tree of `size` (radix 2) whose daemons below the controller hold starts back
+        /// (the controller never does), running job `id` on `ranks`, every shell started.
+        fn started_with_held_starts(size: u32, id: JobId, ranks: &IdSet) -> Sim {
+            let mut s = Sim::new(size, 2);
+            for m in &mut s.mods {
                 m.set_start_hold(Duration::from_millis(50));
             }
+            s.submit(id, ranks.clone());
+            s.each(ranks, |_| Input::ShellStarted { id });
+            s
+        }
+
+        /// The controller dies; a new one recovers the job list the job manager kept, and
+        /// its two children (radix 2) say hello again. Its events start afresh.
+        fn restart_controller(&mut self, recovered: Vec<(JobId, u32, IdSet, JobSpec)>) {
+            self.mods[0] = JobExec::new(0, true, self.tree);
+            self.events.clear();
+            let kids = vec![(1, 1, self.subtree(1)), (2, 2, self.subtree(2))];
+            self.push(0, Input::Children(kids));
+            self.push(0, Input::Recovered(recovered));
+            self.push(1, uplink(Some(0)));
+            self.push(2, uplink(Some(0)));
+            self.run();
         }
 
         /// What rank `r` sent up about jobs, one entry per handling.
@@ -1652,11 +1674,8 @@ mod tests {
     /// back so no wakeup follows.
     #[test]
     fn a_short_jobs_start_goes_up_with_its_finish_in_one_message_per_link() {
-        let mut s = Sim::new(15, 2);
-        s.hold_starts();
         let ranks = IdSet::range(1, 14);
-        s.submit(7, ranks.clone());
-        s.each(&ranks, |_| Input::ShellStarted { id: 7 });
+        let mut s = Sim::started_with_held_starts(15, 7, &ranks);
         assert!(s.events.is_empty(), "held: {:?}", s.events);
         assert_eq!(s.mods[0].counters.start, 0);
         s.each(&ranks, |_| Input::ShellExited { id: 7, status: 0 });
@@ -1699,11 +1718,8 @@ mod tests {
     /// after its start went up (or its job went) changes nothing.
     #[test]
     fn a_held_start_goes_up_when_the_hold_runs_out() {
-        let mut s = Sim::new(7, 2);
-        s.hold_starts();
         let ranks = IdSet::range(1, 6);
-        s.submit(3, ranks.clone());
-        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        let mut s = Sim::started_with_held_starts(7, 3, &ranks);
         assert!(s.events.is_empty());
         // The leaves' holds run out first: their parents still hold theirs.
         s.each(&IdSet::range(3, 6), |_| Input::StartDue { id: 3 });
@@ -1724,11 +1740,8 @@ mod tests {
     /// start, never ahead of it.
     #[test]
     fn output_of_a_job_whose_start_is_held_goes_up_behind_its_start() {
-        let mut s = Sim::new(3, 2);
-        s.hold_starts();
         let ranks = IdSet::range(1, 2);
-        s.submit(5, ranks.clone());
-        s.each(&ranks, |_| Input::ShellStarted { id: 5 });
+        let mut s = Sim::started_with_held_starts(3, 5, &ranks);
         s.push(
             2,
             Input::ShellOutput {
@@ -1741,6 +1754,44 @@ mod tests {
         s.run();
         assert_eq!(s.sent_up(2), vec![vec!["start", "output"]]);
         assert!(s.sent_up(1).is_empty(), "rank 1's own start is still held");
+    }
+
+    /// A start that went up early with a barrier is sent again, at once, to a restarted
+    /// controller: its hold is long gone, and the new job manager must hear the job started.
+    #[test]
+    fn a_start_that_went_up_with_a_barrier_goes_up_again_to_a_restarted_controller() {
+        let ranks = IdSet::range(1, 2);
+        let mut s = Sim::started_with_held_starts(3, 5, &ranks);
+        s.each(&ranks, |_| Input::ShellBarrier { id: 5, seq: 1 });
+        assert_eq!(s.events, vec![JobEvent::Started { id: 5 }]);
+        assert_eq!(s.sent_up(1), vec![vec!["start", "barrier"]]);
+        s.restart_controller(vec![(5, 1000, ranks.clone(), spec())]);
+        assert_eq!(s.events, vec![JobEvent::Started { id: 5 }]);
+    }
+
+    /// Output held while a daemon's new parent has not answered its hello goes up behind
+    /// the job's start, which was still held when the link changed.
+    #[test]
+    fn output_held_across_a_re_hello_goes_up_behind_the_held_start() {
+        let ranks = IdSet::range(1, 2);
+        let mut s = Sim::started_with_held_starts(3, 6, &ranks);
+        // Rank 2's upward link changes; its process writes before the answer comes.
+        s.deliver(2, uplink(Some(0)));
+        s.deliver(
+            2,
+            Input::ShellOutput {
+                id: 6,
+                proc: 1,
+                stream: Stream::Stdout,
+                data: b"early\n".to_vec(),
+            },
+        );
+        s.run();
+        assert_eq!(s.sent_up(2), vec![vec!["start", "output"]]);
+        assert!(s
+            .events
+            .iter()
+            .all(|e| !matches!(e, JobEvent::Started { .. })));
     }
 
     #[test]
@@ -1861,15 +1912,7 @@ mod tests {
             id: 11,
             status: 0,
         });
-        // The controller dies; a new one recovers the job list the job manager kept.
-        s.mods[0] = JobExec::new(0, true, s.tree);
-        s.events.clear();
-        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
-        s.push(0, Input::Children(kids));
-        s.push(0, Input::Recovered(vec![(11, 1000, ranks.clone(), spec())]));
-        s.push(1, uplink(Some(0)));
-        s.push(2, uplink(Some(0)));
-        s.run();
+        s.restart_controller(vec![(11, 1000, ranks.clone(), spec())]);
         assert_eq!(s.launched.len(), 6, "nothing launched again");
         assert_eq!(
             s.events,

@@ -150,6 +150,9 @@ pub struct Sim {
     pub tools: BTreeMap<LinkId, ToolView>,
     /// (rank, incarnation, job): every launch, to catch a job started twice on one daemon.
     pub launched: BTreeSet<(Rank, u64, JobId)>,
+    /// Start holds the cores cancelled (rank, life, job): their wakeups never come, as the
+    /// real shell aborts them.
+    pub cancelled_holds: BTreeSet<(Rank, u64, JobId)>,
     /// Job → its ranks, as the controller placed it.
     pub placed: BTreeMap<JobId, BTreeSet<Rank>>,
     /// Shells running now: (rank, job) → the incarnation running it.
@@ -226,6 +229,7 @@ impl Sim {
             life: vec![0; n as usize],
             tools: BTreeMap::new(),
             launched: BTreeSet::new(),
+            cancelled_holds: BTreeSet::new(),
             placed: BTreeMap::new(),
             running: BTreeMap::new(),
             violation: None,
@@ -536,10 +540,13 @@ impl Sim {
                 let t = self.now + delay.as_millis() as u64;
                 self.core_at(t, r, CoreInput::Shell(ShellInput::StartDue { id }));
             }
-            // The hold is left to run out: the core takes a hold that ran out after its
-            // start went up (or its job went) as nothing, which the real shell's
-            // cancelling only spares it.
-            Output::CancelTimer(_) => {}
+            Output::CancelTimer(Timer::StartHold(id)) => {
+                let life = self.life[r as usize];
+                self.cancelled_holds.insert((r, life, id));
+            }
+            Output::CancelTimer(_) => self.violated(format!(
+                "rank {r} cancelled a timer that cannot be cancelled: {o:?}"
+            )),
             Output::Shell(ShellCommand::Launch { id, .. }) => {
                 let life = self.life[r as usize];
                 if !self.launched.insert((r, life, id)) {
@@ -873,6 +880,11 @@ impl Sim {
                 Ev::Core { rank, life, input } => {
                     if self.life[rank as usize] != life {
                         continue;
+                    }
+                    if let CoreInput::Shell(ShellInput::StartDue { id }) = &input {
+                        if self.cancelled_holds.remove(&(rank, life, *id)) {
+                            continue;
+                        }
                     }
                     if let CoreInput::CampaignTimeout(id) = &input {
                         let open = self
