@@ -558,11 +558,12 @@ impl JobExec {
         for link in std::mem::take(&mut self.waiting) {
             self.answer_hello(link);
         }
-        // Nothing went up before the new parent knew the jobs: now it does, each job's
-        // start ahead of the output held meanwhile.
+        // Nothing went up before the new parent knew the jobs: now it does, in the order it
+        // happened here: each job's start, the output held meanwhile, then what completed
+        // (a finish ahead of its job's output would end the job before the output arrived).
         let ids: Vec<JobId> = self.jobs.keys().copied().collect();
-        for id in ids {
-            self.progress(id);
+        for &id in &ids {
+            self.report(id, true);
         }
         if self.dropped_bytes > 0 {
             self.emit(Output::Log(format!(
@@ -574,6 +575,9 @@ impl JobExec {
         self.held_bytes = 0;
         for req in std::mem::take(&mut self.held) {
             self.emit(Output::SendUp(req));
+        }
+        for id in ids {
+            self.progress(id);
         }
     }
 
@@ -1240,6 +1244,11 @@ impl JobExec {
     /// Reports upward (or to the job manager) whatever the subtree's part of job `id` has
     /// completed: one message per job and event, never one per rank.
     fn progress(&mut self, id: JobId) {
+        self.report(id, false);
+    }
+
+    /// [`JobExec::progress`], or with `only_start` its start alone.
+    fn report(&mut self, id: JobId, only_start: bool) {
         // A new parent that has not answered the hello may not know the job: what completed
         // goes up once it has (see the initial state-update).
         if !self.controller && !self.ready {
@@ -1286,6 +1295,9 @@ impl JobExec {
                     ranks: unsent_start,
                 }));
             }
+        }
+        if only_start {
+            return self.out.extend(out);
         }
         if let Some((seq, entered)) = j.barrier.clone() {
             if all(&entered) {
@@ -1770,9 +1782,10 @@ mod tests {
     }
 
     /// Output held while a daemon's new parent has not answered its hello goes up behind
-    /// the job's start, which was still held when the link changed.
+    /// the job's start, which was still held when the link changed, and ahead of its finish
+    /// and release, which came after it: the job does not end before its output arrives.
     #[test]
-    fn output_held_across_a_re_hello_goes_up_behind_the_held_start() {
+    fn output_held_across_a_re_hello_goes_up_between_the_held_start_and_the_finish() {
         let ranks = IdSet::range(1, 2);
         let mut s = Sim::started_with_held_starts(3, 6, &ranks);
         // Rank 2's upward link changes; its process writes before the answer comes.
@@ -1786,8 +1799,13 @@ mod tests {
                 data: b"early\n".to_vec(),
             },
         );
+        s.deliver(2, Input::ShellExited { id: 6, status: 0 });
+        s.deliver(2, Input::EpilogDone { id: 6 });
         s.run();
-        assert_eq!(s.sent_up(2), vec![vec!["start", "output"]]);
+        assert_eq!(
+            s.sent_up(2),
+            vec![vec!["start", "output", "finish", "release"]]
+        );
         assert!(s
             .events
             .iter()
