@@ -978,7 +978,9 @@ impl JobExec {
     }
 
     /// Something else of job `id` is about to go up, or its hold ran out: a start held
-    /// back goes first (every report of a job follows its start up the tree).
+    /// back goes first: within this daemon's subtree every report of a job follows its
+    /// start (another subtree's may still be held, so the controller can see a job's
+    /// output before it knows the job started, for up to the hold).
     fn start_now(&mut self, id: JobId) {
         if let Some(j) = self.jobs.get_mut(&id) {
             if !j.start_due {
