@@ -423,8 +423,8 @@ impl Settings {
                     return Err(bad_value(
                         &o,
                         &format!(
-                            "{START_HOLD_PARAM} must be at most {} seconds",
-                            MAX_START_HOLD.as_secs()
+                            "{START_HOLD_PARAM} must be at most {} s",
+                            MAX_START_HOLD.as_secs_f64()
                         ),
                         v,
                     ));
