@@ -184,10 +184,23 @@ pub fn spawn_ms(
     Ok(median(&times))
 }
 
-/// The floor for forming a DVM on `cluster`: from the first start until a process on
-/// `controller` has accepted one TCP connection from a process started on each of `hosts`
-/// (started the way the harness starts daemons, entering each host), in ms.
-pub fn connect_ms(cluster: &Cluster, controller: &str, hosts: &[String]) -> Result<f64, String> {
+/// The formation floor's time until every connection was accepted.
+#[derive(Debug, Clone, Copy)]
+pub struct Connected {
+    /// From the first connector's start, ms.
+    pub from_first: f64,
+    /// From the last connector's start, ms.
+    pub from_last: f64,
+}
+
+/// The floor for forming a DVM on `cluster`: until a process on `controller` has accepted
+/// one TCP connection from a process started on each of `hosts` (started the way the
+/// harness starts daemons, entering each host).
+pub fn connect_ms(
+    cluster: &Cluster,
+    controller: &str,
+    hosts: &[String],
+) -> Result<Connected, String> {
     let ip = cluster
         .host(controller)?
         .v4
@@ -220,17 +233,21 @@ pub fn connect_ms(cluster: &Cluster, controller: &str, hosts: &[String]) -> Resu
             .map_err(|e| format!("starting a floor connector on {h}: {e}"))?;
         connectors.push(c);
     }
+    let last = Instant::now();
     let st = listener
         .wait()
         .map_err(|e| format!("the floor's listener: {e}"))?;
-    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    let done = Instant::now();
     for mut c in connectors {
         let _ = c.wait();
     }
     if !st.success() {
         return Err(format!("the floor's listener failed: {st}"));
     }
-    Ok(ms)
+    Ok(Connected {
+        from_first: (done - t).as_secs_f64() * 1000.0,
+        from_last: (done - last).as_secs_f64() * 1000.0,
+    })
 }
 
 /// The floor for a grow onto `hosts`: from `controller`, the launch agent `agent` (`AGENT

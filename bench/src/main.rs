@@ -256,11 +256,16 @@ fn print_targets(runs: &[Runs]) {
             job_verdict(&r)
         );
     }
-    for (name, nodes, median, _) in medians(runs, Metric::FormControllerLast, |n| n >= SCALE_FROM) {
-        println!(
-            "target ({name}, {nodes} nodes): formed within {FORM_TARGET_MS} ms of the last start: {median:.0} ms, {}",
-            verdict(median <= FORM_TARGET_MS)
-        );
+    // The last start is the controller's when it comes last, a node's when all start
+    // together: the goal holds only if it holds both ways.
+    for metric in [Metric::FormControllerLast, Metric::FormTogetherAfterLast] {
+        for (name, nodes, median, _) in medians(runs, metric, |n| n >= SCALE_FROM) {
+            println!(
+                "target ({name}, {nodes} nodes, {}): formed within {FORM_TARGET_MS} ms of the last start: {median:.0} ms, {}",
+                metric.title(),
+                verdict(median <= FORM_TARGET_MS)
+            );
+        }
     }
     for r in runs {
         for m in r.reps.iter().flat_map(|m| &m.memory) {

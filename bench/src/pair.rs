@@ -172,8 +172,8 @@ fn size(
         }
     };
     let r = (|| {
-        driver::form(&mut dvm_a, &hosts, true)?;
-        driver::form(&mut dvm_b, &hosts, true)?;
+        driver::form(&mut dvm_a, &hosts)?;
+        driver::form(&mut dvm_b, &hosts)?;
         let argv = |d: &conformance::sut::Dvm| {
             d.submit_argv(n, &names, &[], &[driver::TRUE])
                 .map_err(|p| p.to_string())

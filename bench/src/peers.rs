@@ -109,7 +109,7 @@ pub fn one(
                 ours = one_shot(&mut dvm, &hosts, &names)?;
             }
         }
-        let floor = floor::connect_ms(&dvm.cluster, &dvm.ctl, &hosts)?
+        let floor = floor::connect_ms(&dvm.cluster, &dvm.ctl, &hosts)?.from_first
             + floor::spawn_ms(&dvm.cluster, &dvm.ctl, "/bin/true", n, 1)?;
         // One floor measurement serves both: only dvmlab's sample carries it, so that the
         // table does not count it twice.

@@ -422,6 +422,7 @@ pub fn ratio_panel(runs: &[Runs], metrics: &[Metric], target: Option<f64>) -> Op
 fn short(m: Metric) -> &'static str {
     match m {
         Metric::FormTogether => "formation",
+        Metric::FormTogetherAfterLast => "formation, after last start",
         Metric::FormControllerLast => "formation, ctl last",
         Metric::Job => "job",
         Metric::Sequential => "sequential",

@@ -172,7 +172,7 @@ impl Suite {
                     }
                 }
             }
-            let _ = std::fs::remove_dir_all(&c.run_dir);
+            dvmlab_harness::rundir::remove_kept(&c.run_dir);
         }
         let notes = ctx.notes();
         let with_notes = |mut m: String| {

@@ -18,7 +18,7 @@ use crate::addr::{self, Block, BlockKind};
 use crate::docker::{DockerPlan, DockerWorld};
 use crate::netns::NetnsWorld;
 use crate::process::{expand, Placeholders, DEFAULT_IDENTITY_ENV};
-use crate::{gc, procs, wait_until, PREFIX};
+use crate::{gc, procs, rundir, wait_until, PREFIX};
 
 /// Which backend hosts run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +200,8 @@ pub struct Cluster {
     procs: HashMap<String, Child>,
     pub(crate) faults: crate::faults::Faults,
     keep: bool,
+    /// Whether the run directory is a tmpfs of its own ([`rundir`]).
+    tmpfs: bool,
 }
 
 impl Cluster {
@@ -212,13 +214,12 @@ impl Cluster {
             RUNS.fetch_add(1, Ordering::Relaxed)
         );
         let dir = gc::runs_dir().join(&run);
-        fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        Cluster::build(spec, run, dir.clone()).inspect_err(|_| {
-            let _ = fs::remove_dir_all(&dir);
-        })
+        // Docker's daemon may not see a mount made here: its hosts keep a plain directory.
+        let tmpfs = rundir::create(&dir, spec.backend != BackendKind::Docker)?;
+        Cluster::build(spec, run, dir.clone(), tmpfs).inspect_err(|_| rundir::remove(&dir, tmpfs))
     }
 
-    fn build(spec: ClusterSpec, run: String, dir: PathBuf) -> Result<Cluster, String> {
+    fn build(spec: ClusterSpec, run: String, dir: PathBuf, tmpfs: bool) -> Result<Cluster, String> {
         let plan = |addrs: &dyn Fn(usize) -> (Option<IpAddr>, Option<IpAddr>)| -> Vec<HostInfo> {
             spec.hosts
                 .iter()
@@ -306,6 +307,7 @@ impl Cluster {
             procs: HashMap::new(),
             faults: Default::default(),
             keep: false,
+            tmpfs,
         };
         c.write_files()
             .map_err(|e| format!("writing host files: {e}"))?;
@@ -923,7 +925,8 @@ impl Cluster {
     }
 
     /// Keeps the run directory (logs, configuration files) when the cluster is torn down:
-    /// for a test that failed without panicking.
+    /// for a test that failed without panicking. Whoever keeps it removes it with
+    /// [`rundir::remove_kept`] (it may be a tmpfs mount), or `dvmlab-harness gc` does.
     pub fn keep_run_dir(&mut self) {
         self.keep = true;
     }
@@ -958,9 +961,14 @@ impl Drop for Cluster {
         }
         self.teardown();
         if failed {
-            eprintln!("run directory kept: {}", self.dir.display());
+            let tmpfs = if self.tmpfs {
+                " (a tmpfs: `dvmlab-harness gc` unmounts and removes it)"
+            } else {
+                ""
+            };
+            eprintln!("run directory kept: {}{tmpfs}", self.dir.display());
         } else if !self.keep {
-            let _ = fs::remove_dir_all(&self.dir);
+            rundir::remove(&self.dir, self.tmpfs);
         }
     }
 }

@@ -83,7 +83,7 @@ pub fn collect(all: bool) -> Collected {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             if stale(&name) {
-                let _ = fs::remove_dir_all(e.path());
+                crate::rundir::remove_kept(&e.path());
                 c.run_dirs.push(e.path());
             }
         }

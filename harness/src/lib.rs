@@ -26,6 +26,7 @@ pub mod observe;
 pub mod partition;
 pub mod process;
 pub mod procs;
+pub mod rundir;
 pub mod schedule;
 pub mod wait;
 

@@ -5,7 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dvmlab_harness::{gc, netns_available, wait_until, BackendKind, Cluster, ClusterSpec, IpMode};
+use dvmlab_harness::{
+    gc, netns_available, rundir, wait_until, BackendKind, Cluster, ClusterSpec, IpMode,
+};
 
 fn netns_or_skip(test: &str) -> bool {
     if netns_available() {
@@ -179,6 +181,47 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
             .all(|n| !n.starts_with(&run)),
         "gc removes the namespaces of {run}"
     );
+}
+
+/// Each run's files (its hosts' `/etc` and `TMPDIR`, its logs) live on a tmpfs of the run's
+/// own, as a node's `/tmp` would, not on this machine's disk, where every file created after
+/// another run's teardown cost a millisecond in ext4's inode allocator; the mount goes with
+/// the cluster.
+#[test]
+fn a_run_directory_is_a_tmpfs_the_hosts_write_into_and_it_goes_with_the_cluster() {
+    if !netns_or_skip("run directory on a tmpfs") {
+        return;
+    }
+    let c = Cluster::new(sleeper("rundir", BackendKind::Netns, 2)).unwrap();
+    let dir = c.run_dir().to_path_buf();
+    assert!(
+        rundir::is_tmpfs(&dir),
+        "{} is not a tmpfs mount point",
+        dir.display()
+    );
+    let (st, _, err) = c
+        .exec_within(
+            "h1",
+            &[
+                "sh".into(),
+                "-c".into(),
+                "echo x > \"$TMPDIR/written\"".into(),
+            ],
+            Duration::from_secs(5),
+        )
+        .unwrap();
+    assert!(st.is_some_and(|s| s.success()), "{err}");
+    assert!(
+        dir.join("tmp").join("h1").join("written").exists(),
+        "the host's TMPDIR is not in the run directory"
+    );
+    drop(c);
+    assert!(
+        !rundir::is_tmpfs(&dir),
+        "{} is still mounted",
+        dir.display()
+    );
+    assert!(!dir.exists(), "{} is still there", dir.display());
 }
 
 /// A process inside a host runs the agent to enter another host, and from there a third
