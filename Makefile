@@ -22,6 +22,7 @@ test: lint
 	$(MAKE) --no-print-directory conformance-docker-tree || status=1; \
 	$(MAKE) --no-print-directory conformance-openpmix || status=1; \
 	$(MAKE) --no-print-directory soak-ci || status=1; \
+	./target/debug/dvmlab-harness gc --strict || status=1; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \

@@ -64,6 +64,10 @@ enum Cmd {
         /// Remove those of every run, live or not (and the docker backend's host images).
         #[arg(long)]
         all: bool,
+        /// Exit 1 if there was anything to remove: after a test run, whatever is left is
+        /// something a test did not clean up.
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -74,7 +78,7 @@ fn main() -> ExitCode {
             eprintln!("dvmlab-harness agent: {e}");
             ExitCode::from(127)
         }
-        Cmd::Gc { all } => {
+        Cmd::Gc { all, strict } => {
             let c = gc::collect(all);
             println!(
                 "removed {} namespaces, {} run directories, {} loopback locks",
@@ -82,8 +86,11 @@ fn main() -> ExitCode {
                 c.run_dirs.len(),
                 c.locks.len()
             );
-            for n in c.namespaces {
+            for n in &c.namespaces {
                 println!("  netns {n}");
+            }
+            for d in &c.run_dirs {
+                println!("  run directory {}", d.display());
             }
             let d = dvmlab_harness::docker::collect(all);
             println!(
@@ -94,6 +101,15 @@ fn main() -> ExitCode {
             );
             for n in d.containers.iter().chain(&d.networks).chain(&d.images) {
                 println!("  docker {n}");
+            }
+            let left = c.namespaces.len()
+                + c.run_dirs.len()
+                + c.locks.len()
+                + d.containers.len()
+                + d.networks.len();
+            if strict && left > 0 {
+                eprintln!("dvmlab-harness gc --strict: {left} leftovers of finished runs (listed above): something did not clean up after itself");
+                return ExitCode::FAILURE;
             }
             ExitCode::SUCCESS
         }
