@@ -279,9 +279,11 @@ pub(crate) fn form(dvm: &mut Dvm, order: &[String]) -> Result<Formed, String> {
     dvm.start_many(order).map_err(|p| p.to_string())?;
     let last = unix_ms();
     let (status, seen) = wait_formed(dvm)?;
-    let (at, polled) = match status.formed_at_unix_ms {
-        Some(at) => (at as f64, false),
-        None => (seen, true),
+    // A status's formation time is in whole milliseconds, rounded down: the starts are
+    // taken the same way, so that a difference of a few ms is not biased low by half of one.
+    let (at, first, last, polled) = match status.formed_at_unix_ms {
+        Some(at) => (at as f64, first.floor(), last.floor(), false),
+        None => (seen, first, last, true),
     };
     Ok(Formed {
         from_first: (at - first).max(0.0),
@@ -319,7 +321,20 @@ pub(crate) fn stop(dvm: &mut Dvm) -> Result<(), String> {
 pub(crate) fn discard(dvm: Dvm) {
     let dir = dvm.cluster.run_dir().to_path_buf();
     dvm.cluster.destroy();
-    dvmlab_harness::rundir::remove_kept(&dir);
+    if let Err(e) = dvmlab_harness::rundir::remove_kept(&dir) {
+        eprintln!("dvmlab-bench: {e}");
+    }
+}
+
+/// Tears down a cluster whose measurement failed, keeping its run directory (its daemons'
+/// logs) for a look, and says where it is in `error`.
+pub(crate) fn failed(dvm: Dvm, error: String) -> String {
+    let dir = dvm.cluster.run_dir().to_path_buf();
+    dvm.cluster.destroy();
+    format!(
+        "{error}\n(the daemons' logs: {}; `dvmlab-harness gc` removes it)",
+        dir.display()
+    )
 }
 
 /// Peak resident set of `pid` (VmHWM), MiB.
@@ -400,14 +415,13 @@ fn size(rt: &Runtime, plan: &Plan, n: usize, seq: usize, m: &mut Measured) -> Re
     let mut hosts = vec!["ctl".to_string()];
     hosts.extend(names.iter().cloned());
     let mut dvm = dvm(&ctx, "bench", &hosts, n)?;
-    let r = size_on(&mut dvm, plan, n, seq, &names, &hosts, m);
-    if r.is_err() {
-        // Whatever the DVM left running goes with the cluster; its logs stay for a look.
-        dvm.cluster.destroy();
-        return r;
+    match size_on(&mut dvm, plan, n, seq, &names, &hosts, m) {
+        Ok(()) => {
+            discard(dvm);
+            Ok(())
+        }
+        Err(e) => Err(failed(dvm, e)),
     }
-    discard(dvm);
-    Ok(())
 }
 
 fn size_on(
@@ -537,9 +551,8 @@ fn elastic(rt: &Runtime, plan: &Plan, n: usize, m: &mut Measured) -> Result<(), 
         }
         Ok(())
     })();
-    if r.is_err() {
-        dvm.cluster.destroy();
-        return r;
+    if let Err(e) = r {
+        return Err(failed(dvm, e));
     }
     discard(dvm);
     Ok(())

@@ -87,7 +87,7 @@ fn connect(addr: SocketAddr) -> Result<(), String> {
     }
 }
 
-/// Binds, says `ready`, and accepts `count` connections.
+/// Binds, says `ready`, accepts `count` connections and says `accepted`.
 fn listen(addr: &str, count: &str) -> Result<(), String> {
     let count: usize = count.parse().map_err(|e| format!("{count:?}: {e}"))?;
     let l = TcpListener::bind(addr).map_err(|e| format!("bind {addr}: {e}"))?;
@@ -103,6 +103,8 @@ fn listen(addr: &str, count: &str) -> Result<(), String> {
         let (s, _) = l.accept().map_err(|e| format!("accept on {addr}: {e}"))?;
         open.push(s);
     }
+    // The bench's clock stops here, not at this process's exit and reaping.
+    println!("accepted");
     Ok(())
 }
 
@@ -214,10 +216,14 @@ pub fn connect_ms(
     .stdout(Stdio::piped())
     .spawn()
     .map_err(|e| format!("starting the floor's listener: {e}"))?;
+    let mut said = listener.stdout.take().map(BufReader::new);
+    let mut line = |l: &mut String| {
+        if let Some(out) = said.as_mut() {
+            let _ = out.read_line(l);
+        }
+    };
     let mut ready = String::new();
-    if let Some(out) = listener.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut ready);
-    }
+    line(&mut ready);
     if ready.trim() != "ready" {
         let _ = listener.kill();
         let _ = listener.wait();
@@ -234,14 +240,16 @@ pub fn connect_ms(
         connectors.push(c);
     }
     let last = Instant::now();
+    let mut accepted = String::new();
+    line(&mut accepted);
+    let done = Instant::now();
     let st = listener
         .wait()
         .map_err(|e| format!("the floor's listener: {e}"))?;
-    let done = Instant::now();
     for mut c in connectors {
         let _ = c.wait();
     }
-    if !st.success() {
+    if !st.success() || accepted.trim() != "accepted" {
         return Err(format!("the floor's listener failed: {st}"));
     }
     Ok(Connected {

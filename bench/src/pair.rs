@@ -166,10 +166,7 @@ fn size(
     let mut dvm_a = driver::dvm(&ctx_a, "pair-a", &hosts, n)?;
     let mut dvm_b = match driver::dvm(&ctx_b, "pair-b", &hosts, n) {
         Ok(d) => d,
-        Err(e) => {
-            dvm_a.cluster.destroy();
-            return Err(e);
-        }
+        Err(e) => return Err(driver::failed(dvm_a, e)),
     };
     let r = (|| {
         driver::form(&mut dvm_a, &hosts)?;
@@ -205,11 +202,8 @@ fn size(
         driver::stop(&mut dvm_b)?;
         Ok(summarize(n, &wall, &cpu, &own))
     })();
-    if r.is_err() {
-        // Whatever the DVMs left running goes with the clusters; their logs stay for a look.
-        dvm_a.cluster.destroy();
-        dvm_b.cluster.destroy();
-        return r;
+    if let Err(e) = r {
+        return Err(driver::failed(dvm_b, driver::failed(dvm_a, e)));
     }
     driver::discard(dvm_a);
     driver::discard(dvm_b);

@@ -125,9 +125,8 @@ pub fn one(
         };
         Ok((m(ours, floor), m(theirs, f64::NAN)))
     })();
-    if r.is_err() {
-        dvm.cluster.destroy();
-        return r;
+    if let Err(e) = r {
+        return Err(driver::failed(dvm, e));
     }
     driver::discard(dvm);
     r

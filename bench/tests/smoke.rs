@@ -44,10 +44,10 @@ fn bench(args: &[&str], out: &Path, name: &str) -> String {
     md
 }
 
-/// The table row of `measure` at `nodes`: its cells.
+/// The table row of `measure` (its whole title, without the unit) at `nodes`: its cells.
 fn row(md: &str, measure: &str, nodes: usize) -> Vec<String> {
     md.lines()
-        .find(|l| l.starts_with(&format!("| {measure}")) && l.contains(&format!(" | {nodes} |")))
+        .find(|l| l.starts_with(&format!("| {measure} (")) && l.contains(&format!(" | {nodes} |")))
         .unwrap_or_else(|| panic!("no row {measure:?} at {nodes} nodes in\n{md}"))
         .split('|')
         .map(|c| c.trim().to_string())
@@ -157,7 +157,11 @@ fn open_mpi_runs_beside_dvmlab_on_the_same_hosts() {
         &out,
         "peers",
     );
-    let r = row(&md, "one-shot", 3);
+    let r = row(
+        &md,
+        "one-shot: daemons started, one /bin/true per node, done",
+        3,
+    );
     assert_eq!(r.len(), 8, "{r:?}");
     assert!(md.contains("Open MPI"), "{md}");
     for i in [4, 6, 7] {

@@ -172,7 +172,9 @@ impl Suite {
                     }
                 }
             }
-            dvmlab_harness::rundir::remove_kept(&c.run_dir);
+            if let Err(e) = dvmlab_harness::rundir::remove_kept(&c.run_dir) {
+                eprintln!("conformance: {e}");
+            }
         }
         let notes = ctx.notes();
         let with_notes = |mut m: String| {

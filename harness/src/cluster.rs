@@ -962,7 +962,7 @@ impl Drop for Cluster {
         self.teardown();
         if failed {
             let tmpfs = if self.tmpfs {
-                " (a tmpfs: `dvmlab-harness gc` unmounts and removes it)"
+                " (a tmpfs: whoever kept it, or `dvmlab-harness gc`, unmounts and removes it)"
             } else {
                 ""
             };

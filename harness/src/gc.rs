@@ -67,6 +67,8 @@ pub struct Collected {
     pub namespaces: Vec<String>,
     pub run_dirs: Vec<PathBuf>,
     pub locks: Vec<PathBuf>,
+    /// What it found and could not remove, and why.
+    pub stuck: Vec<String>,
 }
 
 /// Removes leftovers of runs whose owner process is gone (`all`: of every run).
@@ -83,8 +85,10 @@ pub fn collect(all: bool) -> Collected {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             if stale(&name) {
-                crate::rundir::remove_kept(&e.path());
-                c.run_dirs.push(e.path());
+                match crate::rundir::remove_kept(&e.path()) {
+                    Ok(()) => c.run_dirs.push(e.path()),
+                    Err(why) => c.stuck.push(why),
+                }
             }
         }
     }

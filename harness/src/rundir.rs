@@ -13,6 +13,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::sync::Once;
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
@@ -21,24 +22,40 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 /// bound keeps a runaway log from filling this machine's memory.
 pub const RUN_DIR_LIMIT: &str = "4g";
 
-/// Creates `dir` and, when this process may mount (root) and `tmpfs` is asked for, mounts a
-/// tmpfs of [`RUN_DIR_LIMIT`] on it. Returns whether it did. Without root it stays a plain
-/// directory: the process backend runs without root, and loses only speed.
+/// Creates `dir` and, when this process is root and `tmpfs` is asked for, mounts a tmpfs of
+/// [`RUN_DIR_LIMIT`] on it. Returns whether it did. Without root, or where root may not mount
+/// (an unprivileged container), it stays a plain directory, said once: the hosts lose only
+/// speed.
 pub fn create(dir: &Path, tmpfs: bool) -> Result<bool, String> {
+    // A directory of this name is a crashed run's whose pid this process now has: a mount
+    // on top of its tmpfs would hide that one from every later removal.
+    if dir.exists() {
+        remove_kept(dir)?;
+    }
     fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     if !tmpfs || !nix::unistd::geteuid().is_root() {
         return Ok(false);
     }
     let opts = format!("size={RUN_DIR_LIMIT},mode=0755");
-    mount(
+    match mount(
         Some("tmpfs"),
         dir,
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(opts.as_str()),
-    )
-    .map_err(|e| format!("mount a tmpfs on the run directory {}: {e}", dir.display()))?;
-    Ok(true)
+    ) {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            static SAID: Once = Once::new();
+            SAID.call_once(|| {
+                eprintln!(
+                    "harness: no tmpfs for run directories ({}: {e}); they stay on this machine's disk, where the files hosts create cost more",
+                    dir.display()
+                );
+            });
+            Ok(false)
+        }
+    }
 }
 
 /// Removes `dir` and everything in it, first unmounting the tmpfs [`create`] mounted there.
@@ -50,18 +67,39 @@ pub fn remove(dir: &Path, mounted: bool) {
     let _ = fs::remove_dir_all(dir);
 }
 
-/// Removes a run directory a cluster kept (or a crashed run left), unmounting first the
-/// tmpfs [`create`] may have mounted on it.
-pub fn remove_kept(dir: &Path) {
-    remove(dir, is_tmpfs(dir));
+/// Removes a run directory a cluster kept (or a crashed run left), unmounting first whatever
+/// tmpfs [`create`] may have mounted on it; an error if it is still there after.
+pub fn remove_kept(dir: &Path) -> Result<(), String> {
+    // As root, unmounting is tried whatever the path looks like (a `TMPDIR` through a link
+    // names the mount point differently): on what is no mount point it fails harmlessly.
+    remove(dir, nix::unistd::geteuid().is_root());
+    if dir.exists() {
+        let why = if is_tmpfs(dir) {
+            "a tmpfs is mounted on it and this process may not unmount it"
+        } else {
+            "it could not be removed"
+        };
+        return Err(format!("{}: {why}", dir.display()));
+    }
+    Ok(())
 }
 
-/// Whether `dir` is the mount point of a tmpfs (as this process sees its mounts).
+/// Whether `dir` is the mount point of a tmpfs, as this process sees its mounts.
 pub fn is_tmpfs(dir: &Path) -> bool {
-    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+    let (Ok(info), Ok(dir)) = (
+        fs::read_to_string("/proc/self/mountinfo"),
+        fs::canonicalize(dir),
+    ) else {
         return false;
     };
-    let want = dir.display().to_string();
+    // The kernel writes a mount point with space, tab, newline and backslash escaped octal.
+    let mut want = String::new();
+    for c in dir.display().to_string().chars() {
+        match c {
+            ' ' | '\t' | '\n' | '\\' => want.push_str(&format!("\\{:03o}", c as u32)),
+            c => want.push(c),
+        }
+    }
     info.lines().any(|l| {
         // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
         let f: Vec<&str> = l.split(' ').collect();
@@ -74,20 +112,22 @@ pub fn is_tmpfs(dir: &Path) -> bool {
 mod tests {
     use super::*;
 
+    /// A directory of this test's own to mount on, or `None` (said loudly) without root.
+    fn mountable(test: &str) -> Option<std::path::PathBuf> {
+        if !nix::unistd::geteuid().is_root() {
+            crate::skip(test, "mounting a tmpfs needs root");
+            return None;
+        }
+        Some(std::env::temp_dir().join(format!("{}-{test}-{}", crate::PREFIX, std::process::id())))
+    }
+
     #[test]
     fn a_run_directory_is_a_tmpfs_of_its_own_as_root_and_goes_with_its_removal() {
-        if !nix::unistd::geteuid().is_root() {
-            crate::skip(
-                "a_run_directory_is_a_tmpfs_of_its_own_as_root_and_goes_with_its_removal",
-                "mounting a tmpfs needs root",
-            );
+        let Some(dir) =
+            mountable("a_run_directory_is_a_tmpfs_of_its_own_as_root_and_goes_with_its_removal")
+        else {
             return;
-        }
-        let dir = std::env::temp_dir().join(format!(
-            "{}-rundir-test-{}",
-            crate::PREFIX,
-            std::process::id()
-        ));
+        };
         assert!(create(&dir, true).expect("create"), "no tmpfs mounted");
         assert!(
             is_tmpfs(&dir),
@@ -98,6 +138,28 @@ mod tests {
         remove(&dir, true);
         assert!(!is_tmpfs(&dir), "{} is still mounted", dir.display());
         assert!(!dir.exists(), "{} is still there", dir.display());
+    }
+
+    #[test]
+    fn a_crashed_runs_directory_of_the_same_name_is_replaced_not_mounted_over() {
+        let Some(dir) =
+            mountable("a_crashed_runs_directory_of_the_same_name_is_replaced_not_mounted_over")
+        else {
+            return;
+        };
+        assert!(create(&dir, true).expect("first create"));
+        fs::write(dir.join("left"), "x").expect("write");
+        assert!(create(&dir, true).expect("second create"));
+        let mounts = fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split(' ').nth(4) == Some(&*dir.display().to_string()))
+            .count();
+        let left = dir.join("left").exists();
+        remove(&dir, true);
+        assert_eq!(mounts, 1, "tmpfs mounts stacked on {}", dir.display());
+        assert!(!left, "the crashed run's files are still there");
+        assert!(!is_tmpfs(&dir) && !dir.exists());
     }
 
     #[test]

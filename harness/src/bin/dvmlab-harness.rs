@@ -92,6 +92,9 @@ fn main() -> ExitCode {
             for d in &c.run_dirs {
                 println!("  run directory {}", d.display());
             }
+            for why in &c.stuck {
+                println!("  not removed: {why}");
+            }
             let d = dvmlab_harness::docker::collect(all);
             println!(
                 "removed {} containers, {} Docker networks, {} host images",
@@ -104,6 +107,7 @@ fn main() -> ExitCode {
             }
             let left = c.namespaces.len()
                 + c.run_dirs.len()
+                + c.stuck.len()
                 + c.locks.len()
                 + d.containers.len()
                 + d.networks.len();
