@@ -125,6 +125,14 @@ impl Metric {
         }
     }
 
+    /// Whether it is set against its floor as a ratio. Not formation after the last start:
+    /// a status gives its formation time in whole milliseconds, and from the last start the
+    /// rest takes a few of them (the floor's connections, about one), so a ratio would show
+    /// the rounding; the figure stands for the scale goal, in ms, beside the floor's.
+    pub fn has_ratio(self) -> bool {
+        self != Metric::FormTogetherAfterLast
+    }
+
     /// What its floor is.
     pub fn floor(self) -> &'static str {
         match self {

@@ -125,6 +125,9 @@ impl Row {
     /// no floor of their own (a peer measured beside the floor of another), its median over
     /// the row's floor, as one figure without a spread.
     pub fn ratio(&self, i: usize) -> Option<Ratio> {
+        if !self.metric.has_ratio() {
+            return None;
+        }
         if let Some(r) = self.ratios.get(i).copied().flatten() {
             return Some(r);
         }
@@ -211,7 +214,10 @@ pub fn markdown(runs: &[Runs], rows: &[Row]) -> String {
                 None => s.push_str(" – | – |"),
             }
             if i > 0 {
-                let r = v.zip(first).and_then(|(v, f)| ratio(v.median, f.median));
+                let r = v
+                    .zip(first)
+                    .filter(|_| row.metric.has_ratio())
+                    .and_then(|(v, f)| ratio(v.median, f.median));
                 let _ = write!(s, " {} |", x(r));
             }
         }
@@ -269,6 +275,19 @@ pub fn legend(rows: &[Row]) -> String {
             s,
             "- † timed by the bench's own status reads (every {} ms): that runtime's status does not report `formed_at_unix_ms`.",
             crate::driver::POLL.as_millis()
+        );
+    }
+    let mut unrated: Vec<&str> = rows
+        .iter()
+        .filter(|r| !r.metric.has_ratio())
+        .map(|r| r.metric.title())
+        .collect();
+    unrated.dedup();
+    if !unrated.is_empty() {
+        let _ = writeln!(
+            s,
+            "- *{}*: no ratio; a status gives its formation time in whole milliseconds, and these figures are a few of them.",
+            unrated.join("*, *")
         );
     }
     s.push_str("- Medians over the repetitions, (min–max) beside them. A ratio to the floor is taken within each repetition (its median over the floor measured beside it there): the median of those, (min–max) beside it.\n");
@@ -517,6 +536,32 @@ mod tests {
         let rows = rows(&runs);
         assert_eq!(rows[0].ratios[0].map(|r| r.reps), Some(1));
         assert!(markdown(&runs, &rows).contains("| 1.50× |"));
+    }
+
+    /// A figure of a few whole milliseconds is shown beside its floor, never as a ratio that
+    /// would show the rounding.
+    #[test]
+    fn formation_after_the_last_start_is_shown_without_a_ratio() {
+        let s = Sample {
+            metric: Metric::FormTogetherAfterLast,
+            nodes: 32,
+            value: 3.0,
+            floor: 1.0,
+            polled: false,
+        };
+        let runs = vec![Runs {
+            name: "a".into(),
+            reps: vec![rep(vec![s])],
+        }];
+        let rows = rows(&runs);
+        assert_eq!(rows[0].ratio(0), None);
+        let md = markdown(&runs, &rows);
+        let line = md
+            .lines()
+            .find(|l| l.contains("after the last start"))
+            .expect("the row");
+        assert!(line.ends_with("| 3.0 | – |"), "{line}");
+        assert!(legend(&rows).contains("no ratio"));
     }
 
     /// A figure without a floor of its own (a peer measured beside another's floor) still
