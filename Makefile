@@ -15,7 +15,7 @@ build:
 ## through each worked-example adapter); tests that had to skip are listed loudly at the end.
 test: lint
 	@rm -f $(SKIPS)
-	@# What earlier runs left is theirs, not this run's: gc --strict at the end counts only this one.
+	@# What earlier runs left is cleared first, so gc --strict at the end counts what this run left (and anything gc could not remove).
 	cargo run -q -p dvmlab-harness --bin dvmlab-harness -- gc
 	export DVMLAB_SKIP_LOG=$(SKIPS) DVMLAB_SKIP_PROFILE_BUILD=1; \
 	cargo nextest run --workspace --no-fail-fast; status=$$?; \

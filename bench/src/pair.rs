@@ -166,7 +166,11 @@ fn size(
     let mut dvm_a = driver::dvm(&ctx_a, "pair-a", &hosts, n)?;
     let mut dvm_b = match driver::dvm(&ctx_b, "pair-b", &hosts, n) {
         Ok(d) => d,
-        Err(e) => return Err(driver::failed(dvm_a, e)),
+        Err(e) => {
+            // A's daemons never started: there are no logs to keep.
+            driver::discard(dvm_a);
+            return Err(e);
+        }
     };
     let r = (|| {
         driver::form(&mut dvm_a, &hosts)?;

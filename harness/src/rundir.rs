@@ -62,35 +62,58 @@ pub fn create(dir: &Path, tmpfs: bool) -> Result<bool, String> {
 /// Lazily: a host's mount namespace that still holds a copy of it does not keep it here.
 pub fn remove(dir: &Path, mounted: bool) {
     if mounted {
-        let _ = umount2(dir, MntFlags::MNT_DETACH);
+        let _ = umount2(dir, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW);
     }
     let _ = fs::remove_dir_all(dir);
 }
 
-/// Removes a run directory a cluster kept (or a crashed run left), unmounting first whatever
-/// tmpfs [`create`] may have mounted on it; an error if it is still there after.
+/// How many tmpfs mounts may have been stacked on one run directory (by builds before a
+/// crashed run's directory was removed rather than mounted over).
+const MOST_STACKED: usize = 8;
+
+/// Removes a run directory a cluster kept (or a crashed run left), unmounting first every
+/// tmpfs mounted on it; an error if it is still there after. Only a real directory that is
+/// itself a tmpfs mount point is unmounted: `gc` runs as root over a directory others may
+/// write into, and a link planted there must not lead it to unmount anything else.
 pub fn remove_kept(dir: &Path) -> Result<(), String> {
-    // As root, unmounting is tried whatever the path looks like (a `TMPDIR` through a link
-    // names the mount point differently): on what is no mount point it fails harmlessly.
-    remove(dir, nix::unistd::geteuid().is_root());
+    match fs::symlink_metadata(dir) {
+        Err(_) => return Ok(()),
+        Ok(m) if !m.file_type().is_dir() => {
+            return fs::remove_file(dir).map_err(|e| format!("{}: {e}", dir.display()));
+        }
+        Ok(_) => {}
+    }
+    for _ in 0..MOST_STACKED {
+        if tmpfs_mounts(dir) == 0 {
+            break;
+        }
+        if let Err(e) = umount2(dir, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
+            return Err(format!(
+                "{}: a tmpfs is mounted on it and cannot be unmounted: {e}",
+                dir.display()
+            ));
+        }
+    }
+    remove(dir, false);
     if dir.exists() {
-        let why = if is_tmpfs(dir) {
-            "a tmpfs is mounted on it and this process may not unmount it"
-        } else {
-            "it could not be removed"
-        };
-        return Err(format!("{}: {why}", dir.display()));
+        return Err(format!("{}: could not be removed", dir.display()));
     }
     Ok(())
 }
 
 /// Whether `dir` is the mount point of a tmpfs, as this process sees its mounts.
 pub fn is_tmpfs(dir: &Path) -> bool {
+    tmpfs_mounts(dir) > 0
+}
+
+/// How many tmpfs mounts this process sees at `dir` (its real path: a `TMPDIR` through a link
+/// names the mount point differently).
+fn tmpfs_mounts(dir: &Path) -> usize {
     let (Ok(info), Ok(dir)) = (
         fs::read_to_string("/proc/self/mountinfo"),
         fs::canonicalize(dir),
     ) else {
-        return false;
+        return 0;
     };
     // The kernel writes a mount point with space, tab, newline and backslash escaped octal.
     let mut want = String::new();
@@ -100,35 +123,44 @@ pub fn is_tmpfs(dir: &Path) -> bool {
             c => want.push(c),
         }
     }
-    info.lines().any(|l| {
-        // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
-        let f: Vec<&str> = l.split(' ').collect();
-        let fstype = f.iter().position(|x| *x == "-").and_then(|d| f.get(d + 1));
-        f.get(4) == Some(&want.as_str()) && fstype == Some(&"tmpfs")
-    })
+    info.lines()
+        .filter(|l| {
+            // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
+            let f: Vec<&str> = l.split(' ').collect();
+            let fstype = f.iter().position(|x| *x == "-").and_then(|d| f.get(d + 1));
+            f.get(4) == Some(&want.as_str()) && fstype == Some(&"tmpfs")
+        })
+        .count()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A directory of this test's own to mount on, or `None` (said loudly) without root.
-    fn mountable(test: &str) -> Option<std::path::PathBuf> {
+    /// A directory of this test's own with a tmpfs mounted on it, or `None` (said loudly)
+    /// where this process may not mount.
+    fn mounted(test: &str) -> Option<std::path::PathBuf> {
         if !nix::unistd::geteuid().is_root() {
             crate::skip(test, "mounting a tmpfs needs root");
             return None;
         }
-        Some(std::env::temp_dir().join(format!("{}-{test}-{}", crate::PREFIX, std::process::id())))
+        let dir =
+            std::env::temp_dir().join(format!("{}-{test}-{}", crate::PREFIX, std::process::id()));
+        if !create(&dir, true).expect("create") {
+            remove(&dir, false);
+            crate::skip(test, "root may not mount here (an unprivileged container?)");
+            return None;
+        }
+        Some(dir)
     }
 
     #[test]
     fn a_run_directory_is_a_tmpfs_of_its_own_as_root_and_goes_with_its_removal() {
         let Some(dir) =
-            mountable("a_run_directory_is_a_tmpfs_of_its_own_as_root_and_goes_with_its_removal")
+            mounted("a_run_directory_is_a_tmpfs_of_its_own_as_root_and_goes_with_its_removal")
         else {
             return;
         };
-        assert!(create(&dir, true).expect("create"), "no tmpfs mounted");
         assert!(
             is_tmpfs(&dir),
             "{} is not a tmpfs mount point",
@@ -143,23 +175,41 @@ mod tests {
     #[test]
     fn a_crashed_runs_directory_of_the_same_name_is_replaced_not_mounted_over() {
         let Some(dir) =
-            mountable("a_crashed_runs_directory_of_the_same_name_is_replaced_not_mounted_over")
+            mounted("a_crashed_runs_directory_of_the_same_name_is_replaced_not_mounted_over")
         else {
             return;
         };
-        assert!(create(&dir, true).expect("first create"));
         fs::write(dir.join("left"), "x").expect("write");
         assert!(create(&dir, true).expect("second create"));
-        let mounts = fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.split(' ').nth(4) == Some(&*dir.display().to_string()))
-            .count();
+        let mounts = tmpfs_mounts(&dir);
         let left = dir.join("left").exists();
         remove(&dir, true);
         assert_eq!(mounts, 1, "tmpfs mounts stacked on {}", dir.display());
         assert!(!left, "the crashed run's files are still there");
         assert!(!is_tmpfs(&dir) && !dir.exists());
+    }
+
+    /// `gc` removes, as root, what it finds in a directory others may write into: a link
+    /// there to a mount point is removed itself, and what it names stays mounted.
+    #[test]
+    fn a_link_among_run_directories_is_removed_not_followed_to_a_mount() {
+        let Some(target) =
+            mounted("a_link_among_run_directories_is_removed_not_followed_to_a_mount")
+        else {
+            return;
+        };
+        let link = target.with_extension("link");
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let removed = remove_kept(&link);
+        let still = is_tmpfs(&target);
+        remove(&target, true);
+        assert_eq!(removed, Ok(()));
+        assert!(
+            fs::symlink_metadata(&link).is_err(),
+            "the link is still there"
+        );
+        assert!(still, "following the link unmounted {}", target.display());
     }
 
     #[test]
