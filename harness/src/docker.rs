@@ -473,7 +473,7 @@ impl DockerWorld {
         let run = self.run.clone();
         self.engine.rt.block_on(async move {
             let (containers, networks) = labelled(&docker, |r| r == run).await;
-            remove(&docker, containers, networks).await;
+            let _ = remove(&docker, containers, networks).await;
         });
         let _ = self.switch.delete_table();
     }
@@ -567,8 +567,9 @@ fn link_etc(pid: u32, etc_dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Removes `containers` (killing what runs there), then `networks`.
-async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>) {
+/// Removes `containers` (killing what runs there), then `networks`; returns the networks the
+/// engine would not let go of.
+async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>) -> Vec<String> {
     let mut s = futures::stream::iter(containers.into_iter().map(|c| {
         let docker = docker.clone();
         async move {
@@ -589,6 +590,7 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
     }))
     .buffer_unordered(8);
     while s.next().await.is_some() {}
+    let mut held = Vec::new();
     for n in networks {
         // The engine may still be releasing the removed containers' endpoints.
         let mut last = None;
@@ -606,8 +608,10 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
             eprintln!(
                 "dvmlab-harness: LEAKED Docker network {n}: {e} (the engine kept an endpoint;                  `dvmlab-harness gc` or `docker network rm {n}` once it lets go)"
             );
+            held.push(n);
         }
     }
+    held
 }
 
 /// Host `h`'s endpoint on the cluster's first (or second) network: fixed addresses, and its
@@ -720,6 +724,9 @@ pub struct Leftovers {
     pub containers: Vec<String>,
     pub networks: Vec<String>,
     pub images: Vec<String>,
+    /// Networks found and not removed: the engine still holds an endpoint of a container
+    /// that is gone (a Docker engine defect).
+    pub held: Vec<String>,
 }
 
 /// Removes containers, networks and switch tables of runs whose owner process is gone
@@ -741,7 +748,8 @@ pub fn collect(all: bool) -> Leftovers {
             .chain(&out.networks)
             .filter_map(|n| crate::gc::owner_of(n).map(|_| run_of(n)))
             .collect();
-        remove(docker, out.containers.clone(), out.networks.clone()).await;
+        out.held = remove(docker, out.containers.clone(), out.networks.clone()).await;
+        out.networks.retain(|n| !out.held.contains(n));
         for run in runs {
             let sw = Switch {
                 ns: None,
