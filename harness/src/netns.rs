@@ -326,21 +326,10 @@ pub fn enter_named(
 /// first: overlayfs stacks at most two deep, so a third host's overlay failed with EINVAL,
 /// and the new host would have seen its launcher's files too.
 fn hosts_etc_overlays(etc_root: &Path) -> usize {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return 0;
-    };
     let lower = format!("lowerdir={}/", etc_root.display());
-    info.lines()
-        .filter(|l| {
-            // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
-            let f: Vec<&str> = l.split(' ').collect();
-            let Some(dash) = f.iter().position(|x| *x == "-") else {
-                return false;
-            };
-            f.get(4) == Some(&"/etc")
-                && f.get(dash + 1) == Some(&"overlay")
-                && f.get(dash + 3).is_some_and(|o| o.contains(&lower))
-        })
+    crate::procs::mounts()
+        .iter()
+        .filter(|m| m.point == "/etc" && m.fstype == "overlay" && m.options.contains(&lower))
         .count()
 }
 

@@ -1,5 +1,5 @@
-//! Processes as `/proc` shows them: one's name, state and process group, and every process
-//! in a network namespace (a host's), whoever started it.
+//! Processes as `/proc` shows them: one's name, state and process group, every process in a
+//! network namespace (a host's), whoever started it, and this process's mounts.
 
 use std::fs;
 use std::path::Path;
@@ -83,4 +83,45 @@ mod tests {
         child.wait().unwrap();
         assert_eq!(stat(pid), None, "reaped");
     }
+}
+
+/// One of this process's mounts, as `/proc/self/mountinfo` gives it (escapes kept: the
+/// kernel writes space, tab, newline and backslash in a path as `\ooo` octal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub point: String,
+    pub fstype: String,
+    /// The file system's own options (an overlay's `lowerdir=…` among them).
+    pub options: String,
+}
+
+/// This process's mounts, in mount order; none if `/proc` cannot be read.
+pub fn mounts() -> Vec<Mount> {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    info.lines()
+        .filter_map(|l| {
+            // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
+            let f: Vec<&str> = l.split(' ').collect();
+            let dash = f.iter().position(|x| *x == "-")?;
+            Some(Mount {
+                point: f.get(4)?.to_string(),
+                fstype: f.get(dash + 1)?.to_string(),
+                options: f.get(dash + 3).unwrap_or(&"").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// `path` as `/proc/self/mountinfo` writes a mount point.
+pub fn mount_point_text(path: &Path) -> String {
+    let mut text = String::new();
+    for c in path.display().to_string().chars() {
+        match c {
+            ' ' | '\t' | '\n' | '\\' => text.push_str(&format!("\\{:03o}", c as u32)),
+            c => text.push(c),
+        }
+    }
+    text
 }

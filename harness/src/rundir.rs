@@ -109,27 +109,13 @@ pub fn is_tmpfs(dir: &Path) -> bool {
 /// How many tmpfs mounts this process sees at `dir` (its real path: a `TMPDIR` through a link
 /// names the mount point differently).
 fn tmpfs_mounts(dir: &Path) -> usize {
-    let (Ok(info), Ok(dir)) = (
-        fs::read_to_string("/proc/self/mountinfo"),
-        fs::canonicalize(dir),
-    ) else {
+    let Ok(dir) = fs::canonicalize(dir) else {
         return 0;
     };
-    // The kernel writes a mount point with space, tab, newline and backslash escaped octal.
-    let mut want = String::new();
-    for c in dir.display().to_string().chars() {
-        match c {
-            ' ' | '\t' | '\n' | '\\' => want.push_str(&format!("\\{:03o}", c as u32)),
-            c => want.push(c),
-        }
-    }
-    info.lines()
-        .filter(|l| {
-            // Fields: id parent dev root MOUNTPOINT options [optional…] - FSTYPE SOURCE SUPER.
-            let f: Vec<&str> = l.split(' ').collect();
-            let fstype = f.iter().position(|x| *x == "-").and_then(|d| f.get(d + 1));
-            f.get(4) == Some(&want.as_str()) && fstype == Some(&"tmpfs")
-        })
+    let want = crate::procs::mount_point_text(&dir);
+    crate::procs::mounts()
+        .iter()
+        .filter(|m| m.point == want && m.fstype == "tmpfs")
         .count()
 }
 
