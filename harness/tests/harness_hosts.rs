@@ -183,6 +183,26 @@ fn gc_removes_what_a_killed_owner_left_and_its_daemons_die_with_it() {
     );
 }
 
+/// `dvmlab-harness gc | head -1`: once its reader is gone the report is cut short, but gc
+/// still does its work and exits with its own status, without a panic.
+#[test]
+fn gc_whose_reader_went_away_still_finishes_and_exits_with_its_status() {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let out = Command::new(env!("CARGO_BIN_EXE_dvmlab-harness"))
+        .arg("gc")
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !err.contains("panicked"),
+        "gc with its reader gone: {}; stderr: {err}",
+        out.status
+    );
+}
+
 /// Each run's files (its hosts' `/etc` and `TMPDIR`, its logs) live on a tmpfs of the run's
 /// own, as a node's `/tmp` would, not on this machine's disk, where every file created after
 /// another run's teardown cost a millisecond in ext4's inode allocator; the mount goes with

@@ -1,6 +1,7 @@
 //! `dvmlab-harness`: stand up a DVM of real daemons on this machine, or clean up after crashed
 //! runs.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +72,21 @@ enum Cmd {
     },
 }
 
+/// Writes one line to stdout. A reader that went away (`dvmlab-harness gc | head -1`) stops
+/// nothing: the command still does all its work, cleans up and exits with its own status;
+/// only the rest of its report is lost (`println!` would panic, and `up` would then leave
+/// its cluster to `gc`).
+fn say(line: std::fmt::Arguments) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(line).and_then(|()| out.write_all(b"\n"));
+}
+
+macro_rules! say {
+    ($($arg:tt)*) => {
+        say(format_args!($($arg)*))
+    };
+}
+
 fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Agent(args) => {
@@ -80,33 +96,33 @@ fn main() -> ExitCode {
         }
         Cmd::Gc { all, strict } => {
             let c = gc::collect(all);
-            println!(
+            say!(
                 "removed {} namespaces, {} run directories, {} loopback locks",
                 c.namespaces.len(),
                 c.run_dirs.len(),
                 c.locks.len()
             );
             for n in &c.namespaces {
-                println!("  netns {n}");
+                say!("  netns {n}");
             }
             for d in &c.run_dirs {
-                println!("  run directory {}", d.display());
+                say!("  run directory {}", d.display());
             }
             for why in &c.stuck {
-                println!("  not removed: {why}");
+                say!("  not removed: {why}");
             }
             let d = dvmlab_harness::docker::collect(all);
-            println!(
+            say!(
                 "removed {} containers, {} Docker networks, {} host images",
                 d.containers.len(),
                 d.networks.len(),
                 d.images.len()
             );
             for n in d.containers.iter().chain(&d.networks).chain(&d.images) {
-                println!("  docker {n}");
+                say!("  docker {n}");
             }
             for n in &d.held {
-                println!("  not removed: Docker network {n}: the engine holds an endpoint of a container that is gone (an engine defect)");
+                say!("  not removed: Docker network {n}: the engine holds an endpoint of a container that is gone (an engine defect)");
             }
             let left = c.namespaces.len()
                 + c.run_dirs.len()
@@ -232,12 +248,12 @@ fn up(
     spec.conf = conf.render();
     // The DVM key the harness makes for the cluster: links and tools authenticated.
     spec.env = vec![("PRTE_MCA_dvmlab_dvm_key_file".into(), "{key}".into())];
-    println!(
+    say!(
         "starting {} daemons ({backend:?} backend, radix {radix}, IPv{ip}); run dir below",
         hosts.len()
     );
     let mut cluster = Cluster::new(spec)?;
-    println!("  {}", cluster.run_dir().display());
+    say!("  {}", cluster.run_dir().display());
     cluster.start_all()?;
     let pctl_on_ctl = |args: &[&str]| -> Result<String, String> {
         let mut argv = vec![pctl.clone()];
@@ -261,21 +277,21 @@ fn up(
         ))
     });
     match shown {
-        Ok(s) => println!("{s}"),
+        Ok(s) => say!("{s}"),
         Err(e) => {
             eprintln!("{}", cluster.logs_tail(20));
             return Err(e);
         }
     }
     if hold > 0.0 {
-        println!("holding for {hold}s (Ctrl-C ends it early and still cleans up)");
+        say!("holding for {hold}s (Ctrl-C ends it early and still cleans up)");
         let until = Instant::now() + Duration::from_secs_f64(hold);
         while Instant::now() < until && !INTERRUPTED.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
     let stopped = pctl_on_ctl(&["stop"]);
-    println!("{}", stopped.unwrap_or_else(|e| e));
+    say!("{}", stopped.unwrap_or_else(|e| e));
     cluster.destroy();
     Ok(())
 }
