@@ -231,6 +231,11 @@ impl DaemonCore {
         self.exec.jobs()
     }
 
+    /// Jobs whose data (what they run) this daemon holds, added here or not.
+    pub fn job_data(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.exec.job_data()
+    }
+
     /// Upward job-exec messages this daemon received, by kind.
     pub fn counters(&self) -> Counters {
         self.exec.counters.clone()

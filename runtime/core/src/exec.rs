@@ -23,6 +23,10 @@ pub use dvmlab_proto::exec::{
 /// How many terminated strays a daemon remembers (see `JobExec::strays`).
 const STRAYS_KEPT: usize = 1024;
 
+/// The userid of the `remove` a daemon sends for job data it dropped as stale: job data
+/// carries no userid, and a `remove` is acted on whoever's job it is.
+const STALE_USERID: u32 = 0;
+
 /// Output bytes a daemon holds while its new parent has not yet answered its hello; more is
 /// dropped (and counted in the log).
 const HELD_OUTPUT: usize = 1 << 20;
@@ -322,6 +326,11 @@ impl JobExec {
     /// Jobs this module tracks, with their ranks.
     pub fn jobs(&self) -> impl Iterator<Item = (JobId, &IdSet)> {
         self.jobs.iter().map(|(id, j)| (*id, &j.ranks))
+    }
+
+    /// Jobs whose data this daemon holds, added here or not.
+    pub fn job_data(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.infos.keys().copied()
     }
 
     pub fn handle(&mut self, input: Input) -> Vec<Output> {
@@ -844,9 +853,24 @@ impl JobExec {
             return;
         }
         for id in stale {
-            if !named.contains(&id) && !self.jobs.contains_key(&id) {
-                self.infos.remove(&id);
-                self.info_down.remove(&id);
+            if named.contains(&id) || self.jobs.contains_key(&id) {
+                continue;
+            }
+            let Some(spec) = self.infos.remove(&id) else {
+                continue;
+            };
+            // The children this daemon passed the data to stayed below it and hear of the
+            // job from nobody else: its end goes to them as the job's remove would have.
+            let links: Vec<LinkId> = self.info_down.remove(&id).into_iter().flatten().collect();
+            if !links.is_empty() {
+                let ranks = spec.placement.ranks();
+                let remove = JobTuple(id, STALE_USERID, UpdateType::Remove, ranks.clone());
+                let m = ExecDown::StateUpdate {
+                    idset: ranks,
+                    data: Jobs { jobs: vec![remove] },
+                    answer: false,
+                };
+                self.send_down(&links, &m);
             }
         }
     }
@@ -2454,6 +2478,39 @@ mod tests {
         s.run();
         assert!(s.mods[7].infos.is_empty(), "{:?}", s.mods[7].infos.keys());
         assert!(s.mods[7].stale_data.is_empty());
+    }
+
+    #[test]
+    fn a_daemon_below_one_that_rejoins_drops_the_data_of_a_job_that_ended_meanwhile() {
+        // Rank 3 passed job 4's data on to rank 7, then was cut off from rank 1 before the
+        // add reached it (the add is lost with the link); rank 7 stays below rank 3.
+        let mut s = job_4_for_rank_7_after(4);
+        let add = s.queue.pop_front();
+        assert!(matches!(
+            add,
+            Some((3, Input::Down(ExecDown::StateUpdate { .. })))
+        ));
+        s.deliver(1, Input::Children(vec![(5, 5, s.subtree(5))]));
+        s.deliver(3, uplink(None));
+        s.run();
+        assert!(s.mods[7].infos.contains_key(&4));
+        // The controller hears ranks 3 and 7 lost: the job ends without them.
+        s.push(0, Input::Lost("3,7".parse().unwrap()));
+        s.run();
+        job_ended(&s);
+        // Rank 3 is back below rank 1: the answer to its hello no longer names job 4, so it
+        // drops the data, and so must rank 7, which got it from rank 3 and hears of the
+        // job from nobody else.
+        let kids = vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))];
+        s.deliver(1, Input::Children(kids));
+        s.deliver(3, uplink(Some(1)));
+        s.run();
+        for r in [3, 7] {
+            let m = &s.mods[r];
+            assert!(m.infos.is_empty(), "rank {r}: {:?}", m.infos.keys());
+            assert!(m.info_down.is_empty(), "rank {r}: {:?}", m.info_down);
+        }
+        assert!(s.killed.is_empty(), "{:?}", s.killed);
     }
 
     #[test]

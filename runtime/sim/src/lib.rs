@@ -1149,8 +1149,8 @@ pub fn scenario_with_freezes(
 
 /// No invariant broke. Every tool heard its job end exactly once (killed by a node failure
 /// or not), was refused, or lost its connection with the daemon it was on (which said why,
-/// if it lived): none is left waiting. No daemon still running holds a job (one that left
-/// took its own along).
+/// if it lived): none is left waiting. No daemon still running holds a job or a job's data
+/// (one that left took its own along).
 fn answered_and_held_nowhere(sim: &Sim) -> Result<(), TestCaseError> {
     if let Some(v) = &sim.violation {
         return Err(TestCaseError::fail(v.clone()));
@@ -1168,6 +1168,13 @@ fn answered_and_held_nowhere(sim: &Sim) -> Result<(), TestCaseError> {
     for (r, c) in sim.nodes.iter().filter(|(r, _)| sim.alive[**r as usize]) {
         let left: Vec<JobId> = c.jobs().map(|(id, _)| id).collect();
         prop_assert!(left.is_empty(), "rank {} still holds jobs {:?}", r, left);
+        let data: Vec<JobId> = c.job_data().collect();
+        prop_assert!(
+            data.is_empty(),
+            "rank {} still holds data of jobs {:?}",
+            r,
+            data
+        );
     }
     Ok(())
 }
