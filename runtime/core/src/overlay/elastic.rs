@@ -23,6 +23,7 @@ impl Node {
 
     /// A membership from the parent: taken if newer, and passed on to the children.
     pub(super) fn on_wireup(&mut self, link: LinkId, wireup: crate::roster::Wireup) {
+        let known = self.roster.len();
         match self.roster.apply(&wireup) {
             Ok(true) => {
                 for r in wireup.departed.iter() {
@@ -40,6 +41,7 @@ impl Node {
                     );
                 }
                 self.take_held();
+                self.poke_children_from(known);
             }
             Ok(false) => {}
             Err(e) => self.note(Note::Refused {

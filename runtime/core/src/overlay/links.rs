@@ -202,11 +202,20 @@ impl Node {
     /// before its parent sits in its back-off (up to `DVMRetryMaxDelay`, 5 s by default)
     /// and would reach the parent only at its next attempt; poked, it tries at once.
     pub(super) fn poke_children(&mut self) {
+        self.poke_children_from(0);
+    }
+
+    /// Pokes the children by the tree formula from rank `first` on: those a membership from
+    /// the parent just named (a restarted daemon knows only prte.conf's ranks when it starts,
+    /// and those grown meanwhile wait on it as the others did).
+    pub(super) fn poke_children_from(&mut self, first: Rank) {
         let pokes: Vec<(Rank, String)> = self
             .roster
             .iter()
             .filter(|(r, m)| {
-                self.cfg.tree.parent(*r) == Some(self.me) && m.state != State::Departed
+                *r >= first
+                    && self.cfg.tree.parent(*r) == Some(self.me)
+                    && m.state != State::Departed
             })
             .map(|(r, _)| (r, self.roster.host(r).to_string()))
             .collect();

@@ -943,6 +943,34 @@ mod tests {
         assert_eq!(reported_up(&out, 1), [7], "{out:?}");
     }
 
+    #[test]
+    fn a_restarted_daemon_pokes_the_children_a_membership_from_its_parent_names() {
+        // Of ranks 4-7, grown while rank 1 was down, rank 5 is rank 1's child by the tree
+        // formula: it waits out its back-off unless poked, as rank 1's start poked the child
+        // prte.conf names (rank 3).
+        let (mut d, wireup) = restarted_with_a_report(vec![member(3, 1, 8)]);
+        let out = d.handle(
+            T,
+            Input::Frame {
+                link: 1,
+                msg: wireup.clone(),
+            },
+        );
+        assert_eq!(poked(&out), [5], "{out:?}");
+        // A membership it already had pokes nobody again.
+        let out = d.handle(
+            T,
+            Input::Frame {
+                link: 1,
+                msg: wireup,
+            },
+        );
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::Io(Io::Poke { .. }))),
+            "{out:?}"
+        );
+    }
+
     /// Rank 1, restarted and not yet told of the grow that added ranks 4-7, with child 3
     /// on link 10 that reported `members`; and the wireup that names ranks 4-7.
     fn restarted_with_a_report(members: Vec<Member>) -> (Node, DaemonMsg) {
@@ -1747,18 +1775,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_daemon_that_starts_pokes_its_children_by_the_tree_formula() {
-        let mut c = controller(8);
-        let out = c.handle(T, Input::Start);
-        let poked: Vec<Rank> = out
-            .iter()
+    /// The ranks `out` pokes, each at its own host.
+    fn poked(out: &[Output]) -> Vec<Rank> {
+        out.iter()
             .filter_map(|o| match o {
                 Output::Io(Io::Poke { rank, host }) if *host == format!("h{rank}") => Some(*rank),
                 _ => None,
             })
-            .collect();
-        assert_eq!(poked, [1, 2], "{out:?}");
+            .collect()
+    }
+
+    #[test]
+    fn a_daemon_that_starts_pokes_its_children_by_the_tree_formula() {
+        let mut c = controller(8);
+        let out = c.handle(T, Input::Start);
+        assert_eq!(poked(&out), [1, 2], "{out:?}");
     }
 
     #[test]
