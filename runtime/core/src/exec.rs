@@ -730,14 +730,21 @@ impl JobExec {
                 // it comes: taken for the answer, it would make strays of every job it
                 // does not name.
                 let initial = !self.ready && (answer || !self.up_marks_answer);
-                if initial {
-                    self.initial_check(&jobs);
-                }
+                let removes = if initial {
+                    self.initial_check(&jobs)
+                } else {
+                    Vec::new()
+                };
                 for t in jobs {
                     self.apply(t);
                 }
                 if initial {
                     self.become_ready();
+                }
+                // After the answers to the children that waited for this one: a child of
+                // version 4 takes the first state-update it gets for its answer.
+                for (links, remove) in removes {
+                    self.send_down(&links, &remove);
                 }
             }
             ExecDown::JobInfo { idset, id, spec } => {
@@ -834,8 +841,10 @@ impl JobExec {
     }
 
     /// Before the first check list is applied: local jobs it does not name are strays, and
-    /// data from before the new parent that it neither names nor sent again is dropped.
-    fn initial_check(&mut self, jobs: &[JobTuple]) {
+    /// data from before the new parent that it neither names nor sent again is dropped. The
+    /// daemons below that got such data from here are to get the job's remove: returned,
+    /// with the links, for the caller to send once the children waiting are answered.
+    fn initial_check(&mut self, jobs: &[JobTuple]) -> Vec<(Vec<LinkId>, ExecDown)> {
         let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
         let strays: Vec<JobId> = self
             .jobs
@@ -849,8 +858,9 @@ impl JobExec {
         // Only a parent of version 5 sends data again before its answer (an older one may
         // not at all), and only its answer is surely the answer, not another job's add.
         let stale = std::mem::take(&mut self.stale_data);
+        let mut removes = Vec::new();
         if !self.up_marks_answer {
-            return;
+            return removes;
         }
         for id in stale {
             if named.contains(&id) || self.jobs.contains_key(&id) {
@@ -870,9 +880,10 @@ impl JobExec {
                     data: Jobs { jobs: vec![remove] },
                     answer: false,
                 };
-                self.send_down(&links, &m);
+                removes.push((links, m));
             }
         }
+        removes
     }
 
     fn stray(&mut self, id: JobId) {
@@ -2511,6 +2522,39 @@ mod tests {
             assert!(m.info_down.is_empty(), "rank {r}: {:?}", m.info_down);
         }
         assert!(s.killed.is_empty(), "{:?}", s.killed);
+    }
+
+    #[test]
+    fn a_child_waiting_for_its_answer_gets_it_before_the_remove_of_stale_data() {
+        // As above, but rank 7's hello to rank 3 waits for rank 3's own answer: rank 7 must
+        // be answered before it hears the remove (a child of version 4 takes the first
+        // state-update it gets for its answer, and would kill every job it runs).
+        let mut s = job_4_for_rank_7_after(4);
+        let add = s.queue.pop_front();
+        assert!(matches!(
+            add,
+            Some((3, Input::Down(ExecDown::StateUpdate { .. })))
+        ));
+        s.deliver(1, Input::Children(vec![(5, 5, s.subtree(5))]));
+        s.deliver(3, uplink(None));
+        s.push(0, Input::Lost("3,7".parse().unwrap()));
+        s.run();
+        job_ended(&s);
+        s.deliver(7, uplink(Some(3)));
+        s.run();
+        let kids = vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))];
+        s.deliver(1, Input::Children(kids));
+        s.deliver(3, uplink(Some(1)));
+        let mut to_7 = vec![];
+        while let Some((r, input)) = s.queue.pop_front() {
+            match (r, input) {
+                (7, Input::Down(ExecDown::StateUpdate { data, answer, .. })) => {
+                    to_7.push((answer, data.jobs.iter().any(|t| t.2 == UpdateType::Remove)))
+                }
+                (r, input) => s.deliver(r, input),
+            }
+        }
+        assert_eq!(to_7, [(true, false), (false, true)], "answer, then remove");
     }
 
     #[test]
