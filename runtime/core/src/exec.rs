@@ -730,7 +730,7 @@ impl JobExec {
                 // it comes: taken for the answer, it would make strays of every job it
                 // does not name.
                 let initial = !self.ready && (answer || !self.up_marks_answer);
-                let ends = if initial {
+                let removes = if initial {
                     self.initial_check(&jobs)
                 } else {
                     Vec::new()
@@ -741,10 +741,10 @@ impl JobExec {
                 if initial {
                     self.become_ready();
                 }
-                // After the answers to the children that waited for this one: a child under
-                // a parent of version 4 takes the first state-update it gets for its answer.
-                for (links, end) in ends {
-                    self.send_down(&links, &end);
+                // After the answers to the children that waited for this one: a child of
+                // version 4 takes the first state-update it gets for its answer.
+                for (links, remove) in removes {
+                    self.send_down(&links, &remove);
                 }
             }
             ExecDown::JobInfo { idset, id, spec } => {
@@ -841,10 +841,9 @@ impl JobExec {
     }
 
     /// Before the first check list is applied: local jobs it does not name are strays, and
-    /// data from before the new parent that it neither names nor sent again is dropped. What
-    /// the daemons below are to hear of either (a stray's end, the remove of data they got
-    /// from here) is returned, with the links, for the caller to send once the children
-    /// waiting are answered.
+    /// data from before the new parent that it neither names nor sent again is dropped. The
+    /// daemons below that got such data from here are to get the job's remove: returned,
+    /// with the links, for the caller to send once the children waiting are answered.
     fn initial_check(&mut self, jobs: &[JobTuple]) -> Vec<(Vec<LinkId>, ExecDown)> {
         let named: BTreeSet<JobId> = jobs.iter().map(|t| t.0).collect();
         let strays: Vec<JobId> = self
@@ -853,13 +852,13 @@ impl JobExec {
             .copied()
             .filter(|id| !named.contains(id))
             .collect();
-        let mut removes = Vec::new();
         for id in strays {
-            self.stray(id, &mut removes);
+            self.stray(id);
         }
         // Only a parent of version 5 sends data again before its answer (an older one may
         // not at all), and only its answer is surely the answer, not another job's add.
         let stale = std::mem::take(&mut self.stale_data);
+        let mut removes = Vec::new();
         if !self.up_marks_answer {
             return removes;
         }
@@ -887,9 +886,7 @@ impl JobExec {
         removes
     }
 
-    /// Terminates local job `id`, unknown upstream; what the subtree below is to hear of it
-    /// goes into `down`.
-    fn stray(&mut self, id: JobId, down: &mut Vec<(Vec<LinkId>, ExecDown)>) {
+    fn stray(&mut self, id: JobId) {
         self.emit(Output::Log(format!(
             "job {id} runs here but upstream does not know it: terminating it"
         )));
@@ -912,6 +909,7 @@ impl JobExec {
                 kind: "exec".into(),
                 note: format!("job {id} is unknown upstream"),
             };
+            self.fan_out(&j.ranks, &kill);
             let remove = ExecDown::StateUpdate {
                 idset: j.ranks.clone(),
                 data: Jobs {
@@ -919,9 +917,7 @@ impl JobExec {
                 },
                 answer: false,
             };
-            let links = self.targets(&j.ranks);
-            down.push((links.clone(), kill));
-            down.push((links, remove));
+            self.fan_out(&j.ranks, &remove);
         }
         self.infos.remove(&id);
         self.info_down.remove(&id);
@@ -2528,11 +2524,17 @@ mod tests {
         assert!(s.killed.is_empty(), "{:?}", s.killed);
     }
 
-    /// Rank 1 finds rank 3 silent, and the controller ends job 4 without ranks 3 and 7.
-    /// Rank 7's hello to rank 3 then waits for rank 3's own answer, once rank 3 is back
-    /// below rank 1: what reaches rank 7 from then on, in order (`answer`, `remove`, another
-    /// `state-update`, `exception`), everything else handled as it comes.
-    fn rank_7_waits_for_rank_3s_answer(mut s: Sim) -> Vec<&'static str> {
+    #[test]
+    fn a_child_waiting_for_its_answer_gets_it_before_the_remove_of_stale_data() {
+        // As above, but rank 7's hello to rank 3 waits for rank 3's own answer: rank 7 must
+        // be answered before it hears the remove (a child of version 4 takes the first
+        // state-update it gets for its answer, and would kill every job it runs).
+        let mut s = job_4_for_rank_7_after(4);
+        let add = s.queue.pop_front();
+        assert!(matches!(
+            add,
+            Some((3, Input::Down(ExecDown::StateUpdate { .. })))
+        ));
         s.deliver(1, Input::Children(vec![(5, 5, s.subtree(5))]));
         s.deliver(3, uplink(None));
         s.push(0, Input::Lost("3,7".parse().unwrap()));
@@ -2546,46 +2548,13 @@ mod tests {
         let mut to_7 = vec![];
         while let Some((r, input)) = s.queue.pop_front() {
             match (r, input) {
-                (7, Input::Down(ExecDown::StateUpdate { data, answer, .. })) => to_7.push(
-                    match (answer, data.jobs.iter().any(|t| t.2 == UpdateType::Remove)) {
-                        (true, _) => "answer",
-                        (false, true) => "remove",
-                        (false, false) => "state-update",
-                    },
-                ),
-                (7, Input::Down(ExecDown::Exception { .. })) => to_7.push("exception"),
-                (7, _) => to_7.push("other"),
+                (7, Input::Down(ExecDown::StateUpdate { data, answer, .. })) => {
+                    to_7.push((answer, data.jobs.iter().any(|t| t.2 == UpdateType::Remove)))
+                }
                 (r, input) => s.deliver(r, input),
             }
         }
-        to_7
-    }
-
-    #[test]
-    fn a_child_waiting_for_its_answer_gets_it_before_the_remove_of_stale_data() {
-        // Rank 3 passed job 4's data to rank 7 and lost its link up before the add came:
-        // rank 7 must be answered before it hears the remove (under a parent of version 4
-        // a child takes the first state-update it gets for its answer, and would kill every
-        // job it runs).
-        let mut s = job_4_for_rank_7_after(4);
-        let add = s.queue.pop_front();
-        assert!(matches!(
-            add,
-            Some((3, Input::Down(ExecDown::StateUpdate { .. })))
-        ));
-        assert_eq!(rank_7_waits_for_rank_3s_answer(s), ["answer", "remove"]);
-    }
-
-    #[test]
-    fn a_child_waiting_for_its_answer_gets_it_before_a_strays_end() {
-        // Job 4 runs on rank 7, and ranks 3 and 7 still hold it: to rank 3 it is a stray,
-        // whose end reaches rank 7 after its answer.
-        let mut s = job_on_rank_7();
-        s.run();
-        assert_eq!(
-            rank_7_waits_for_rank_3s_answer(s),
-            ["answer", "exception", "remove"]
-        );
+        assert_eq!(to_7, [(true, false), (false, true)], "answer, then remove");
     }
 
     #[test]
