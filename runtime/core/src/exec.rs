@@ -277,6 +277,12 @@ pub struct JobExec {
     /// again, and drops the rest (jobs that ended while this daemon was cut off, whose
     /// remove it never got). Under an older parent it is kept.
     stale_data: BTreeSet<JobId>,
+    /// The removes of jobs this daemon terminated as strays while a child's hello waited
+    /// for its own answer, by the child's link: they go first in that child's answer. The
+    /// child then ends the job along its own links (`Job::down`) instead of calling it a
+    /// stray of its own, and a child under a parent of version 4, which takes the first
+    /// state-update it gets for its answer, is not handed a lone remove for one.
+    answer_removes: BTreeMap<LinkId, Vec<JobTuple>>,
     /// How long a daemon below the controller may hold a job's start report back, waiting
     /// for its finish to send both in one message (zero: not at all).
     start_hold: Duration,
@@ -306,6 +312,7 @@ impl JobExec {
             infos: BTreeMap::new(),
             info_down: BTreeMap::new(),
             stale_data: BTreeSet::new(),
+            answer_removes: BTreeMap::new(),
             start_hold: Duration::ZERO,
             counters: Counters::default(),
             out: Vec::new(),
@@ -629,6 +636,7 @@ impl JobExec {
         let links: BTreeSet<LinkId> = self.children.iter().map(|(l, _)| *l).collect();
         self.answered.retain(|l| links.contains(l));
         self.waiting.retain(|l| links.contains(l));
+        self.answer_removes.retain(|l, _| links.contains(l));
         for j in self.jobs.values_mut() {
             j.down.retain(|l| links.contains(l));
         }
@@ -686,7 +694,11 @@ impl JobExec {
             });
         }
         // Job data first, so a restarted child can still run what it is later told to add.
-        let mut jobs = Vec::new();
+        let mut jobs = if always {
+            self.answer_removes.remove(&link).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let mut fatal = Vec::new();
         for id in reach {
             let Some(j) = self.jobs.get_mut(&id) else {
@@ -900,7 +912,7 @@ impl JobExec {
         // it went down (the daemons below follow their own, as for any end from above): a
         // new parent's answer may be older than what a child below knows (a rank that
         // re-homed to it since), and a job only this daemon's view calls a stray must not
-        // be killed there.
+        // be killed there. A child whose hello waits gets the remove in its answer.
         if let Some(j) = self.forget(id) {
             let kill = ExecDown::Exception {
                 idset: j.ranks.clone(),
@@ -910,14 +922,23 @@ impl JobExec {
                 note: format!("job {id} is unknown upstream"),
             };
             self.fan_out(&j.ranks, &kill);
+            let tuple = JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone());
+            let (waiting, now): (Vec<LinkId>, Vec<LinkId>) = self
+                .targets(&j.ranks)
+                .into_iter()
+                .partition(|l| self.waiting.contains(l));
+            for link in waiting {
+                self.answer_removes
+                    .entry(link)
+                    .or_default()
+                    .push(tuple.clone());
+            }
             let remove = ExecDown::StateUpdate {
                 idset: j.ranks.clone(),
-                data: Jobs {
-                    jobs: vec![JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone())],
-                },
+                data: Jobs { jobs: vec![tuple] },
                 answer: false,
             };
-            self.fan_out(&j.ranks, &remove);
+            self.send_down(&now, &remove);
         }
         self.infos.remove(&id);
         self.info_down.remove(&id);
@@ -2555,6 +2576,82 @@ mod tests {
             }
         }
         assert_eq!(to_7, [(true, false), (false, true)], "answer, then remove");
+    }
+
+    #[test]
+    fn a_strays_end_follows_the_links_of_a_child_whose_hello_waited() {
+        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7, 11; 7 -> 15: job 4 runs on ranks 11 and 15. Rank 7
+        // finds rank 15 silent (rank 3 still sent the job down to rank 7). Rank 1 loses its
+        // link up, rank 3's hello to it waits, and the job ends without ranks 1 to 15. Back,
+        // rank 1 terminates it as a stray: the end must reach rank 7 through rank 3.
+        let mut s = Sim::new(16, 2);
+        let ranks: IdSet = "11,15".parse().unwrap();
+        s.submit(4, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 4 });
+        s.deliver(7, Input::Children(vec![]));
+        let kids = vec![(7, 7, IdSet::range(7, 7)), (11, 11, IdSet::range(11, 11))];
+        s.deliver(3, Input::Children(kids));
+        s.deliver(0, Input::Children(vec![(2, 2, s.subtree(2))]));
+        s.deliver(1, uplink(None));
+        s.deliver(3, uplink(None));
+        s.deliver(3, uplink(Some(1)));
+        s.run();
+        s.push(0, Input::Lost("1,3,5,7,11,15".parse().unwrap()));
+        s.run();
+        job_ended(&s);
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
+        s.deliver(0, Input::Children(kids));
+        s.deliver(1, uplink(Some(0)));
+        s.run();
+        for r in [1, 3, 7, 11] {
+            let held: Vec<JobId> = s.mods[r].jobs().map(|(id, _)| id).collect();
+            assert!(
+                held.is_empty(),
+                "rank {r} still holds {held:?}: {:?}",
+                s.logs
+            );
+        }
+    }
+
+    #[test]
+    fn a_child_under_a_version_4_parent_is_not_handed_a_strays_remove_for_its_answer() {
+        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4 runs on rank 7, job 6 on rank 3. Rank 1 loses
+        // its link up; rank 3 re-links to it over a link of version 4 (it takes the first
+        // state-update it gets for its answer), and its hello waits. Job 4 ends without
+        // rank 7; back, rank 1 terminates it as a stray, and job 6 must live on at rank 3.
+        let mut s = Sim::new(8, 2);
+        s.submit(4, IdSet::range(7, 7));
+        s.submit(6, IdSet::range(3, 3));
+        s.run();
+        s.each(&IdSet::range(7, 7), |_| Input::ShellStarted { id: 4 });
+        s.each(&IdSet::range(3, 3), |_| Input::ShellStarted { id: 6 });
+        s.deliver(0, Input::Children(vec![(2, 2, s.subtree(2))]));
+        s.deliver(1, uplink(None));
+        s.deliver(3, uplink(None));
+        let old = Input::Uplink {
+            link: Some(1),
+            version: ANSWER_MARKED - 1,
+        };
+        s.deliver(3, old);
+        s.run();
+        s.push(0, Input::Lost(IdSet::range(7, 7)));
+        s.run();
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
+        s.deliver(0, Input::Children(kids));
+        s.deliver(1, uplink(Some(0)));
+        s.run();
+        assert!(
+            !s.killed.iter().any(|(r, id, _)| (*r, *id) == (3, 6)),
+            "{:?} {:?}",
+            s.killed,
+            s.logs
+        );
+        assert!(s.mods[3].jobs().any(|(id, _)| id == 6), "{:?}", s.logs);
+        assert!(
+            s.killed.iter().any(|(r, id, _)| (*r, *id) == (7, 4)),
+            "{:?}",
+            s.killed
+        );
     }
 
     #[test]
