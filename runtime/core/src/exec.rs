@@ -283,6 +283,11 @@ pub struct JobExec {
     /// stray of its own, and a child under a parent of version 4, which takes the first
     /// state-update it gets for its answer, is not handed a lone remove for one.
     answer_removes: BTreeMap<LinkId, Vec<JobTuple>>,
+    /// Set while this daemon applies its own answer: what it passes on of it skips the
+    /// children whose hello waits, since their answer, sent right after, repeats every check
+    /// and carries the removes (a lone one-job update would be their answer under a parent
+    /// of version 4).
+    answering: bool,
     /// How long a daemon below the controller may hold a job's start report back, waiting
     /// for its finish to send both in one message (zero: not at all).
     start_hold: Duration,
@@ -313,6 +318,7 @@ impl JobExec {
             info_down: BTreeMap::new(),
             stale_data: BTreeSet::new(),
             answer_removes: BTreeMap::new(),
+            answering: false,
             start_hold: Duration::ZERO,
             counters: Counters::default(),
             out: Vec::new(),
@@ -481,13 +487,32 @@ impl JobExec {
     /// every link the job (or only its data) went down (see `Job::down` and `info_down`,
     /// which hold only live child links).
     fn fan_out_job(&mut self, id: JobId, idset: &IdSet, msg: &ExecDown) {
+        let targets = self.job_targets(id, idset);
+        self.send_down(&targets, msg);
+    }
+
+    /// The links job `id`'s end goes down (see [`JobExec::fan_out_job`]).
+    fn job_targets(&self, id: JobId, idset: &IdSet) -> Vec<LinkId> {
         let mut targets: BTreeSet<LinkId> = self.targets(idset).into_iter().collect();
         if let Some(j) = self.jobs.get(&id) {
             targets.extend(&j.down);
         }
         targets.extend(self.info_down.get(&id).into_iter().flatten());
-        let targets: Vec<LinkId> = targets.into_iter().collect();
-        self.send_down(&targets, msg);
+        targets.into_iter().collect()
+    }
+
+    /// Of `links`, those whose child's hello waits for this daemon's answer get `remove` in
+    /// their own answer (`answer_removes`); the others are returned, to be sent it now.
+    fn hold_for_waiting(&mut self, links: Vec<LinkId>, remove: &JobTuple) -> Vec<LinkId> {
+        let (waiting, now): (Vec<LinkId>, Vec<LinkId>) =
+            links.into_iter().partition(|l| self.waiting.contains(l));
+        for link in waiting {
+            self.answer_removes
+                .entry(link)
+                .or_default()
+                .push(remove.clone());
+        }
+        now
     }
 
     /// Job `id`'s data went down `links`: its end is to follow them (see `info_down`).
@@ -747,9 +772,11 @@ impl JobExec {
                 } else {
                     Vec::new()
                 };
+                self.answering = initial;
                 for t in jobs {
                     self.apply(t);
                 }
+                self.answering = false;
                 if initial {
                     self.become_ready();
                 }
@@ -923,16 +950,8 @@ impl JobExec {
             };
             self.fan_out(&j.ranks, &kill);
             let tuple = JobTuple(id, j.userid, UpdateType::Remove, j.ranks.clone());
-            let (waiting, now): (Vec<LinkId>, Vec<LinkId>) = self
-                .targets(&j.ranks)
-                .into_iter()
-                .partition(|l| self.waiting.contains(l));
-            for link in waiting {
-                self.answer_removes
-                    .entry(link)
-                    .or_default()
-                    .push(tuple.clone());
-            }
+            let targets = self.targets(&j.ranks);
+            let now = self.hold_for_waiting(targets, &tuple);
             let remove = ExecDown::StateUpdate {
                 idset: j.ranks.clone(),
                 data: Jobs { jobs: vec![tuple] },
@@ -993,13 +1012,24 @@ impl JobExec {
                 self.jobs.insert(id, job);
             }
             UpdateType::Remove => {
-                self.fan_out_job(id, &idset, &fwd);
+                let targets = self.job_targets(id, &idset);
+                let now = if self.answering {
+                    let tuple = JobTuple(id, userid, UpdateType::Remove, idset.clone());
+                    self.hold_for_waiting(targets, &tuple)
+                } else {
+                    targets
+                };
+                self.send_down(&now, &fwd);
                 self.forget(id);
                 self.infos.remove(&id);
                 self.info_down.remove(&id);
             }
             UpdateType::Check => {
-                let down = self.fan_out(&idset, &fwd);
+                let mut down = self.targets(&idset);
+                if self.answering {
+                    down.retain(|l| !self.waiting.contains(l));
+                }
+                self.send_down(&down, &fwd);
                 let spec = self.infos.get(&id).cloned();
                 self.jobs
                     .entry(id)
@@ -2614,17 +2644,21 @@ mod tests {
     }
 
     #[test]
-    fn a_child_under_a_version_4_parent_is_not_handed_a_strays_remove_for_its_answer() {
-        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4 runs on rank 7, job 6 on rank 3. Rank 1 loses
-        // its link up; rank 3 re-links to it over a link of version 4 (it takes the first
-        // state-update it gets for its answer), and its hello waits. Job 4 ends without
-        // rank 7; back, rank 1 terminates it as a stray, and job 6 must live on at rank 3.
+    fn a_waiting_child_under_a_version_4_parent_gets_its_answer_first_and_keeps_its_jobs() {
+        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4 runs on rank 7, jobs 6 and 8 on rank 3. Rank
+        // 1 loses its link up; rank 3 re-links to it over a link of version 4 (it takes the
+        // first state-update it gets for its answer), and its hello waits. Job 4 ends
+        // without rank 7; back, rank 1 terminates it as a stray and applies its answer
+        // (checks of jobs 6 and 8): jobs 6 and 8 must live on at rank 3, whatever rank 1
+        // passes on of its own answer.
         let mut s = Sim::new(8, 2);
         s.submit(4, IdSet::range(7, 7));
         s.submit(6, IdSet::range(3, 3));
+        s.submit(8, IdSet::range(3, 3));
         s.run();
         s.each(&IdSet::range(7, 7), |_| Input::ShellStarted { id: 4 });
         s.each(&IdSet::range(3, 3), |_| Input::ShellStarted { id: 6 });
+        s.each(&IdSet::range(3, 3), |_| Input::ShellStarted { id: 8 });
         s.deliver(0, Input::Children(vec![(2, 2, s.subtree(2))]));
         s.deliver(1, uplink(None));
         s.deliver(3, uplink(None));
@@ -2641,12 +2675,16 @@ mod tests {
         s.deliver(1, uplink(Some(0)));
         s.run();
         assert!(
-            !s.killed.iter().any(|(r, id, _)| (*r, *id) == (3, 6)),
+            !s.killed
+                .iter()
+                .any(|(r, id, _)| *r == 3 && (*id == 6 || *id == 8)),
             "{:?} {:?}",
             s.killed,
             s.logs
         );
-        assert!(s.mods[3].jobs().any(|(id, _)| id == 6), "{:?}", s.logs);
+        for id in [6, 8] {
+            assert!(s.mods[3].jobs().any(|(j, _)| j == id), "{:?}", s.logs);
+        }
         assert!(
             s.killed.iter().any(|(r, id, _)| (*r, *id) == (7, 4)),
             "{:?}",
