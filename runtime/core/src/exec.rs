@@ -277,16 +277,17 @@ pub struct JobExec {
     /// again, and drops the rest (jobs that ended while this daemon was cut off, whose
     /// remove it never got). Under an older parent it is kept.
     stale_data: BTreeSet<JobId>,
-    /// The removes of jobs this daemon terminated as strays while a child's hello waited
-    /// for its own answer, by the child's link: they go first in that child's answer. The
-    /// child then ends the job along its own links (`Job::down`) instead of calling it a
-    /// stray of its own, and a child under a parent of version 4, which takes the first
-    /// state-update it gets for its answer, is not handed a lone remove for one.
+    /// Removes for the children whose hello waits for this daemon's own answer, by the
+    /// child's link (of jobs it terminated as strays, and those its own answer carried): they
+    /// go first in that child's answer. The child then ends the job along its own links
+    /// (`Job::down`) instead of calling it a stray of its own, and a child under a parent of
+    /// version 4, which takes the first state-update it gets for its answer, is not handed
+    /// a lone remove for one.
     answer_removes: BTreeMap<LinkId, Vec<JobTuple>>,
-    /// Set while this daemon applies its own answer: what it passes on of it skips the
+    /// Set while this daemon applies its own answer: its checks and removes skip the
     /// children whose hello waits, since their answer, sent right after, repeats every check
     /// and carries the removes (a lone one-job update would be their answer under a parent
-    /// of version 4).
+    /// of version 4). An add in it (only under a parent of version 4) still goes alone.
     answering: bool,
     /// How long a daemon below the controller may hold a job's start report back, waiting
     /// for its finish to send both in one message (zero: not at all).
@@ -2442,10 +2443,12 @@ mod tests {
             s.submit(id, on3.clone());
             s.each(&on3, |_| Input::ShellStarted { id });
         }
-        // Ranks 1 and 3 both re-link: rank 3's hello waits at rank 1 for rank 1's own
-        // answer, whose checks rank 1 passes on one job at a time before it answers rank 3.
+        // Ranks 1 and 3 both re-link, rank 1's answer on its way before rank 3's hello: rank
+        // 1 passes its checks on one job at a time, and they reach rank 3 before its answer.
         s.push(1, uplink(Some(0)));
-        s.push(3, uplink(Some(1)));
+        s.step();
+        s.step();
+        s.deliver(3, uplink(Some(1)));
         s.run();
         none_killed_and_each_ends_well(&mut s, &on3, [10, 11]);
     }
@@ -2690,6 +2693,55 @@ mod tests {
             "{:?}",
             s.killed
         );
+    }
+
+    #[test]
+    fn a_remove_in_an_answer_reaches_a_waiting_child_inside_its_own_answer() {
+        // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7, 11; 7 -> 15. Job 4 runs on rank 15, jobs 10 and 12
+        // on rank 7. Rank 1 loses its link up, and job 4 ends without rank 15. Ranks 3 and 7
+        // re-link, rank 7 to rank 3 over a link of version 4, each hello waiting for the
+        // answer above it. Back, rank 1 terminates job 4 as a stray: rank 3's answer carries
+        // its remove, which rank 3 must not pass on to rank 7 alone ahead of rank 7's answer.
+        let mut s = Sim::new(16, 2);
+        s.submit(4, IdSet::range(15, 15));
+        s.each(&IdSet::range(15, 15), |_| Input::ShellStarted { id: 4 });
+        let on7 = IdSet::range(7, 7);
+        for id in [10, 12] {
+            s.submit(id, on7.clone());
+            s.each(&on7, |_| Input::ShellStarted { id });
+        }
+        s.deliver(0, Input::Children(vec![(2, 2, s.subtree(2))]));
+        s.deliver(1, uplink(None));
+        s.push(0, Input::Lost(IdSet::range(15, 15)));
+        s.run();
+        s.deliver(3, uplink(None));
+        s.deliver(3, uplink(Some(1)));
+        s.deliver(7, uplink(None));
+        let old = Input::Uplink {
+            link: Some(3),
+            version: ANSWER_MARKED - 1,
+        };
+        s.deliver(7, old);
+        s.run();
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
+        s.deliver(0, Input::Children(kids));
+        s.deliver(1, uplink(Some(0)));
+        s.run();
+        assert!(
+            !s.killed
+                .iter()
+                .any(|(r, id, _)| *r == 7 && (*id == 10 || *id == 12)),
+            "{:?} {:?}",
+            s.killed,
+            s.logs
+        );
+        for r in [1, 3, 7] {
+            assert!(
+                !s.mods[r].jobs().any(|(id, _)| id == 4),
+                "rank {r}: {:?}",
+                s.logs
+            );
+        }
     }
 
     #[test]
