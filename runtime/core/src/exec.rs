@@ -2646,6 +2646,21 @@ mod tests {
         }
     }
 
+    /// Rank 1 re-links to the controller and everything settles: `rank` still runs `jobs`,
+    /// none of them killed.
+    fn rank_1_back_and_rank_keeps(s: &mut Sim, rank: Rank, jobs: [JobId; 2]) {
+        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
+        s.deliver(0, Input::Children(kids));
+        s.deliver(1, uplink(Some(0)));
+        s.run();
+        for id in jobs {
+            let killed = s.killed.iter().any(|(r, j, _)| (*r, *j) == (rank, id));
+            assert!(!killed, "job {id} killed on rank {rank}: {:?}", s.logs);
+            let held = s.mods[rank as usize].jobs().any(|(j, _)| j == id);
+            assert!(held, "rank {rank} lost job {id}: {:?}", s.logs);
+        }
+    }
+
     #[test]
     fn a_waiting_child_under_a_version_4_parent_gets_its_answer_first_and_keeps_its_jobs() {
         // 0 -> 1, 2; 1 -> 3, 5; 3 -> 7: job 4 runs on rank 7, jobs 6 and 8 on rank 3. Rank
@@ -2673,21 +2688,7 @@ mod tests {
         s.run();
         s.push(0, Input::Lost(IdSet::range(7, 7)));
         s.run();
-        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
-        s.deliver(0, Input::Children(kids));
-        s.deliver(1, uplink(Some(0)));
-        s.run();
-        assert!(
-            !s.killed
-                .iter()
-                .any(|(r, id, _)| *r == 3 && (*id == 6 || *id == 8)),
-            "{:?} {:?}",
-            s.killed,
-            s.logs
-        );
-        for id in [6, 8] {
-            assert!(s.mods[3].jobs().any(|(j, _)| j == id), "{:?}", s.logs);
-        }
+        rank_1_back_and_rank_keeps(&mut s, 3, [6, 8]);
         assert!(
             s.killed.iter().any(|(r, id, _)| (*r, *id) == (7, 4)),
             "{:?}",
@@ -2723,18 +2724,7 @@ mod tests {
         };
         s.deliver(7, old);
         s.run();
-        let kids = vec![(1, 1, s.subtree(1)), (2, 2, s.subtree(2))];
-        s.deliver(0, Input::Children(kids));
-        s.deliver(1, uplink(Some(0)));
-        s.run();
-        assert!(
-            !s.killed
-                .iter()
-                .any(|(r, id, _)| *r == 7 && (*id == 10 || *id == 12)),
-            "{:?} {:?}",
-            s.killed,
-            s.logs
-        );
+        rank_1_back_and_rank_keeps(&mut s, 7, [10, 12]);
         for r in [1, 3, 7] {
             assert!(
                 !s.mods[r].jobs().any(|(id, _)| id == 4),
