@@ -2,7 +2,8 @@
 //! status, the submit and stop commands, and for grow and shrink the `[elastic]` pushes —
 //! on harness hosts, as the conformance suite drives it: a vendor's runtime is measured
 //! exactly as dvmlab's own is. Every figure is taken beside the machine's floor for the
-//! same work on the same hosts ([`crate::floor`]).
+//! same work on the same hosts ([`crate::floor`]). Each job, each floor run and each block
+//! of sequential jobs starts on a quiet machine ([`crate::quiet`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use dvmlab_harness::{agent, wait_until, BackendKind, PrteConf};
 use serde::Serialize;
 
 use crate::floor;
+use crate::quiet::Settles;
 use crate::stats::median;
 
 /// What every job of the benches runs.
@@ -203,6 +205,8 @@ pub struct Measured {
     /// What a reader of the figures must know: what was not measured and why, and what the
     /// runtime was given beyond its plain profile.
     pub notes: Vec<String>,
+    /// The timed runs that waited for a quiet machine, and those that did not get one.
+    pub settles: Settles,
 }
 
 /// `n0001`, … (the width DVMNodes' range names).
@@ -459,7 +463,9 @@ fn size_on(
         let mut times = Vec::with_capacity(plan.job_reps);
         let mut floors = Vec::with_capacity(plan.job_reps);
         for _ in 0..plan.job_reps.max(1) {
+            m.settles.settle()?;
             times.push(timed(dvm, &argv)?);
+            m.settles.settle()?;
             floors.push(floor::spawn_ms(&dvm.cluster, &dvm.ctl, TRUE, n, 1)?);
         }
         jobs = Some(sample(Metric::Job, median(&times), median(&floors), false));
@@ -467,11 +473,13 @@ fn size_on(
             let one = dvm
                 .submit_argv(1, &names[..1], &[], &[TRUE])
                 .map_err(|p| p.to_string())?;
+            m.settles.settle()?;
             let t = Instant::now();
             for _ in 0..seq {
                 timed(dvm, &one)?;
             }
             let per_job = t.elapsed().as_secs_f64() * 1000.0 / seq as f64;
+            m.settles.settle()?;
             let t = Instant::now();
             for _ in 0..seq {
                 floor::spawn_ms(&dvm.cluster, &dvm.ctl, TRUE, 1, 1)?;

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use crate::driver::{Measured, Memory, Metric};
 use crate::plot::{self, Panel, Series};
+use crate::quiet::Settles;
 use crate::stamp::Stamp;
 use crate::stats::{median, range, ratio};
 
@@ -251,6 +252,21 @@ pub fn memory_markdown(runs: &[Runs]) -> String {
     s
 }
 
+/// What the reader must know when some of a runtime's timed runs started on a machine that
+/// did not get quiet: their figures may carry someone else's work.
+pub fn busy_note(r: &Runs) -> Option<String> {
+    let mut all = Settles::default();
+    for m in &r.reps {
+        all.add(m.settles);
+    }
+    (all.busy > 0).then(|| {
+        format!(
+            "{}: {} of {} timed runs (jobs, floor runs, blocks of sequential jobs) started on a machine that did not get quiet within the bench's wait; their figures may carry other work.",
+            r.name, all.busy, all.runs
+        )
+    })
+}
+
 /// What the floors are, and the marks, under a table.
 pub fn legend(rows: &[Row]) -> String {
     let mut s = String::new();
@@ -328,6 +344,9 @@ pub fn write(
     }
     for r in runs {
         for why in r.reps.first().map(|m| m.notes.clone()).unwrap_or_default() {
+            let _ = writeln!(md, "\n{why}");
+        }
+        if let Some(why) = busy_note(r) {
             let _ = writeln!(md, "\n{why}");
         }
     }
@@ -471,6 +490,25 @@ mod tests {
             samples,
             ..Measured::default()
         }
+    }
+
+    #[test]
+    fn runs_that_started_on_a_busy_machine_are_counted_over_every_repetition_and_said() {
+        let busy = |runs, busy| Measured {
+            settles: Settles { runs, busy },
+            ..Measured::default()
+        };
+        let quiet = Runs {
+            name: "r".into(),
+            reps: vec![busy(10, 0), busy(10, 0)],
+        };
+        assert_eq!(busy_note(&quiet), None);
+        let noisy = Runs {
+            name: "r".into(),
+            reps: vec![busy(10, 0), busy(10, 3), busy(12, 1)],
+        };
+        let note = busy_note(&noisy).expect("some runs were busy");
+        assert!(note.starts_with("r: 4 of 32 timed runs"), "{note}");
     }
 
     /// Each repetition's ratio is its own median over the floor measured beside it, so a
