@@ -5,8 +5,9 @@
 //! a swarm config and the DVM key a swarm secret, so every machine of the swarm gets them
 //! from the managers, not from a file of its own.
 //!
-//! `lab up --swarm` deploys exactly what `lab export --swarm` writes, with `docker stack
-//! deploy` (the stack format is the Docker CLI's: the engine's API has no stacks). The
+//! `lab up --swarm` deploys what `lab export --swarm` writes, with `docker stack deploy`
+//! (the stack format is the Docker CLI's: the engine's API has no stacks), except that on a
+//! swarm of one machine a local image is named by its ID ([`task_image`]). The
 //! other commands act on the tasks' containers through this machine's engine, so on a
 //! swarm of many machines they reach the tasks that run here; `lab logs` (the swarm's
 //! service logs) and `restart`/`late-boot` (service updates) reach every task.
@@ -131,6 +132,21 @@ pub fn stack_file(plan: &Plan, image: &str, hold: &[String]) -> Result<String, S
     serde_norway::to_string(&doc).map_err(|e| format!("stack file: {e}"))
 }
 
+/// What the tasks of a stack run. On a swarm of this one machine, an image of a plain local
+/// name (`make lab-image`'s) by its ID: a swarm's agent pulls every task's image by name
+/// before it looks on the machine (it asks Docker Hub for a local-only image, and falls back
+/// to the local one only once that fails), and an image named by its ID is never pulled.
+/// An image whose name has a repository path (`lab image --push REGISTRY`'s), or any image
+/// on a swarm of several machines (where each may have built its own, under another ID), by
+/// its name.
+fn task_image(image: &str, id: &str, one_machine: bool) -> String {
+    if !one_machine || image.contains('/') || id.is_empty() {
+        image.to_string()
+    } else {
+        id.to_string()
+    }
+}
+
 /// Runs `docker ARGS`; its stdout, or an error naming the command and what it said.
 fn docker(args: &[&str]) -> Result<String, String> {
     let o = Command::new("docker")
@@ -213,15 +229,18 @@ impl Lab {
     /// removes what a deploy that failed half way made.
     pub fn deploy(plan: &Plan, image: &str, stack: &str, hold: &[String]) -> Result<(), String> {
         manager_here()?;
-        docker(&["image", "inspect", "--format", "{{.Id}}", image]).map_err(|_| {
+        let id = docker(&["image", "inspect", "--format", "{{.Id}}", image]).map_err(|_| {
             format!(
                 "no image {image} on this machine: `make lab-image` builds it (for a swarm of several machines, `lab image --push REGISTRY` and `--image REGISTRY/{}`)",
                 crate::image::IMAGE
             )
         })?;
+        let nodes = docker(&["info", "--format", "{{.Swarm.Nodes}}"])?;
+        let one_machine = nodes.trim() == "1";
+        let image = task_image(image, id.trim(), one_machine);
         let dir = keeper::dir();
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        for (name, text) in files(plan, image, hold)? {
+        for (name, text) in files(plan, &image, hold)? {
             let p = dir.join(name);
             std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
         }
@@ -486,6 +505,26 @@ mod tests {
     use super::*;
     use crate::plan::IpVersion;
     use serde_json::Value;
+
+    #[test]
+    fn a_local_image_runs_by_its_id_and_one_in_a_registry_by_its_name() {
+        let id = "sha256:0123456789abcdef";
+        assert_eq!(task_image("dvmlab-lab:latest", id, true), id);
+        assert_eq!(task_image("dvmlab-lab", id, true), id);
+        assert_eq!(
+            task_image("dvmlab-lab:latest", id, false),
+            "dvmlab-lab:latest"
+        );
+        for pushed in [
+            "someone/dvmlab-lab",
+            "registry.example:5000/dvmlab-lab:latest",
+            "localhost:5000/dvmlab-lab",
+            "localhost/dvmlab-lab",
+            "ghcr.io/someone/dvmlab-lab:1",
+        ] {
+            assert_eq!(task_image(pushed, id, true), pushed);
+        }
+    }
 
     /// The stack's services are the plan's hosts under their own names; the prte.conf it
     /// ships is accepted by the runtime's own resolver and lists exactly those names; the

@@ -244,6 +244,20 @@ fn the_lab_on_a_one_node_swarm_forms_runs_jobs_takes_faults_and_leaves_the_swarm
             && up.contains("spares for `lab grow` and `lab alloc`: spare01, spare02"),
         "{up}"
     );
+    // The local image runs by its ID, so no task's agent asks a registry for it.
+    let id = stdout(&["image", "inspect", "--format", "{{.Id}}", &image]);
+    let task_image = stdout(&[
+        "service",
+        "inspect",
+        "--format",
+        "{{.Spec.TaskTemplate.ContainerSpec.Image}}",
+        &format!("{stack}_node01"),
+    ]);
+    assert!(id.starts_with("sha256:"), "the image's ID: {id:?}");
+    assert_eq!(
+        task_image, id,
+        "node01's task runs the local image by its ID"
+    );
     let again = lab_in(&dir, &["up", "--swarm", "--image", &image]);
     assert_eq!(again.status.code(), Some(1), "a second up is refused");
     assert!(String::from_utf8_lossy(&again.stderr).contains("already up"));
