@@ -17,18 +17,23 @@ test: lint
 	@rm -f $(SKIPS)
 	@# What earlier runs left is cleared first, so gc --strict at the end counts what this run left (and anything gc could not remove).
 	cargo run -q -p dvmlab-harness --bin dvmlab-harness -- gc
-	export DVMLAB_SKIP_LOG=$(SKIPS) DVMLAB_SKIP_PROFILE_BUILD=1; \
-	cargo nextest run --workspace --no-fail-fast; status=$$?; \
-	$(MAKE) --no-print-directory conformance-adapter || status=1; \
-	$(MAKE) --no-print-directory conformance-probe || status=1; \
-	$(MAKE) --no-print-directory conformance-docker-tree || status=1; \
-	$(MAKE) --no-print-directory conformance-openpmix || status=1; \
-	$(MAKE) --no-print-directory soak-ci || status=1; \
-	./target/debug/dvmlab-harness gc --strict || status=1; \
+	@# A CI log may be cut to its end: the steps that failed, and nextest's failing tests, are
+	@# named again there.
+	set -o pipefail; export DVMLAB_SKIP_LOG=$(SKIPS) DVMLAB_SKIP_PROFILE_BUILD=1; failed=; \
+	cargo nextest run --workspace --no-fail-fast 2>&1 | tee $(CURDIR)/target/nextest-output.txt || failed="$$failed nextest"; \
+	for step in conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix soak-ci; do \
+	  $(MAKE) --no-print-directory $$step || failed="$$failed $$step"; \
+	done; \
+	./target/debug/dvmlab-harness gc --strict || failed="$$failed gc-strict"; \
 	if [ -s $(SKIPS) ]; then \
 	  echo; echo "!!!!!!!! SOME TESTS SKIPPED (they need root / network namespaces) !!!!!!!!"; \
 	  cat $(SKIPS); echo; \
-	fi; exit $$status
+	fi; \
+	if [ -n "$$failed" ]; then \
+	  echo; echo "!!!!!!!! FAILED:$$failed !!!!!!!!"; \
+	  case " $$failed " in *" nextest "*) sed -n '/^ *Summary \[/,$$p' $(CURDIR)/target/nextest-output.txt;; esac; \
+	  exit 1; \
+	fi
 
 ## The conformance suite alone: every spec item on the reference runtime (default cell).
 conformance:
