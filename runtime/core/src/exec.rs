@@ -210,8 +210,16 @@ struct Job {
     finished: IdSet,
     status: i32,
     released: IdSet,
-    /// Barrier sequence being gathered and who entered it.
+    /// Barrier sequence being gathered and who entered it. Below the controller it is kept
+    /// after it went up, until its end comes down: a controller that died with it, or a
+    /// parent lost on its way, would otherwise leave every process of the job waiting in
+    /// it for good. It goes up again to a new parent.
     barrier: Option<(u64, IdSet)>,
+    /// The ranks the barrier being gathered went up for (reset when the upward link changes).
+    sent_barrier: IdSet,
+    /// The latest barrier whose end passed here. A report of it or an earlier one comes
+    /// from below a link its end was lost on: the end goes down again, at once.
+    barrier_done: u64,
     /// What was already sent up (reset when the upward link changes).
     sent_start: IdSet,
     sent_finish: IdSet,
@@ -411,10 +419,9 @@ impl JobExec {
                 j.shell = Some(Shell::Running);
                 j.started.insert(me);
             }),
-            Input::ShellBarrier { id, seq } => self.local(id, |j, me| match &mut j.barrier {
-                Some((s, entered)) if *s == seq => entered.insert(me),
-                _ => j.barrier = Some((seq, IdSet::range(me, me))),
-            }),
+            Input::ShellBarrier { id, seq } => {
+                self.local(id, |j, me| j.enter(seq, &IdSet::range(me, me)))
+            }
             Input::ProcExited { .. } => {}
             Input::ShellExited { id, status } => {
                 self.local(id, |j, me| {
@@ -541,6 +548,7 @@ impl JobExec {
             j.sent_start = IdSet::new();
             j.sent_finish = IdSet::new();
             j.sent_release = IdSet::new();
+            j.sent_barrier = IdSet::new();
         }
         if link.is_some() {
             self.emit(Output::SendUp(ExecUp::Hello));
@@ -805,11 +813,19 @@ impl JobExec {
                     seq,
                 };
                 self.fan_out(&idset, &m);
-                if idset.contains(self.me) && self.jobs.contains_key(&id) {
+                let me = self.me;
+                let Some(j) = self.jobs.get_mut(&id) else {
+                    return;
+                };
+                j.barrier_done = j.barrier_done.max(seq);
+                // Only the end of the barrier the local processes wait in, once: an end
+                // sent again (see `Job::barrier_done`) must not release the next one.
+                let Some((_, entered)) = j.barrier.take_if(|(s, _)| *s == seq) else {
+                    return;
+                };
+                j.sent_barrier = IdSet::new();
+                if idset.contains(me) && entered.contains(me) {
                     self.emit(Output::Shell(ShellCommand::BarrierDone { id, seq }));
-                }
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.barrier = None;
                 }
             }
             ExecDown::Exception {
@@ -1167,12 +1183,20 @@ impl JobExec {
                 self.progress(id);
             }
             ExecUp::Barrier { id, ranks, seq } => {
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    match &mut j.barrier {
-                        Some((s, entered)) if *s == seq => *entered = entered.union(&ranks),
-                        _ => j.barrier = Some((seq, ranks)),
+                let Some(j) = self.jobs.get_mut(&id) else {
+                    return;
+                };
+                if seq <= j.barrier_done {
+                    if !ranks.is_empty() {
+                        self.on_down(ExecDown::BarrierDone {
+                            idset: ranks,
+                            id,
+                            seq,
+                        });
                     }
+                    return;
                 }
+                j.enter(seq, &ranks);
                 self.progress(id);
             }
             ExecUp::Finish { id, ranks, status } => {
@@ -1391,18 +1415,19 @@ impl JobExec {
         if let Some((seq, entered)) = j.barrier.clone() {
             if all(&entered) {
                 if controller {
-                    j.barrier = None;
                     let idset = j.ranks.clone();
                     self.out.extend(out);
                     self.on_down(ExecDown::BarrierDone { idset, id, seq });
                     return self.progress(id);
                 }
-                j.barrier = None;
-                out.push(Output::SendUp(ExecUp::Barrier {
-                    id,
-                    ranks: expect.clone(),
-                    seq,
-                }));
+                if !expect.difference(&j.sent_barrier).is_empty() {
+                    j.sent_barrier = expect.clone();
+                    out.push(Output::SendUp(ExecUp::Barrier {
+                        id,
+                        ranks: expect.clone(),
+                        seq,
+                    }));
+                }
             }
         }
         if finish_ready {
@@ -1469,6 +1494,8 @@ impl Job {
             status: 0,
             released: IdSet::new(),
             barrier: None,
+            sent_barrier: IdSet::new(),
+            barrier_done: 0,
             sent_start: IdSet::new(),
             sent_finish: IdSet::new(),
             sent_release: IdSet::new(),
@@ -1477,6 +1504,18 @@ impl Job {
             down: BTreeSet::new(),
             start_due: true,
             hold_timer: false,
+        }
+    }
+
+    /// `ranks` entered barrier `seq`: one the barrier being gathered joins, any other
+    /// starts over (every process of a job goes through the same barriers in turn).
+    fn enter(&mut self, seq: u64, ranks: &IdSet) {
+        match &mut self.barrier {
+            Some((s, entered)) if *s == seq => *entered = entered.union(ranks),
+            _ => {
+                self.barrier = Some((seq, ranks.clone()));
+                self.sent_barrier = IdSet::new();
+            }
         }
     }
 }
@@ -1948,6 +1987,76 @@ mod tests {
         done.sort();
         assert_eq!(done, vec![1, 2, 3, 4, 5, 6]);
         assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
+    /// Job 3 running on ranks 1-6 of 7 (radix 2), each of whose shells is about to enter
+    /// barrier 1 (queued, not handled yet).
+    fn job_3_entering_barrier_1() -> (Sim, IdSet) {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+        for r in ranks.iter() {
+            s.push(r, Input::ShellBarrier { id: 3, seq: 1 });
+        }
+        (s, ranks)
+    }
+
+    /// Found by the soak (a barrier job that never ended): every shell of a job entered
+    /// barrier 1 and the controller died before it handled the reports. The daemons below it
+    /// keep a barrier they sent up until its end comes down, and send it again to the new
+    /// controller, which completes it: each shell leaves the barrier once.
+    #[test]
+    fn a_barrier_the_controller_died_gathering_completes_under_the_restarted_one() {
+        let (mut s, ranks) = job_3_entering_barrier_1();
+        // Everything runs but what reaches the controller: it dies with those reports.
+        while let Some(i) = s.queue.iter().position(|(r, _)| *r != 0) {
+            let (r, input) = s.queue.remove(i).expect("queued");
+            s.deliver(r, input);
+        }
+        s.queue.clear();
+        assert!(s.barrier_done.is_empty(), "{:?}", s.barrier_done);
+        s.restart_controller(vec![(3, 1000, ranks.clone(), spec())]);
+        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+        done.sort();
+        assert_eq!(done, vec![1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
+        assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
+    /// A barrier's end lost on its way down (rank 3's link to rank 1 broke as it passed):
+    /// rank 3, back below rank 1, sends the barrier again, and rank 1, which passed that end
+    /// on, answers it at once. An end that comes twice reaches no shell twice: a process in
+    /// the next barrier would take it for that one's.
+    #[test]
+    fn a_barrier_end_lost_below_a_daemon_comes_again_when_its_child_re_links_and_only_once() {
+        let (mut s, ranks) = job_3_entering_barrier_1();
+        while let Some((r, input)) = s.queue.pop_front() {
+            let lost = r == 3 && matches!(input, Input::Down(ExecDown::BarrierDone { .. }));
+            if !lost {
+                s.deliver(r, input);
+            }
+        }
+        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+        done.sort();
+        assert_eq!(done, vec![1, 2, 4, 5, 6], "rank 3's end was lost");
+        s.push(3, uplink(Some(1)));
+        s.run();
+        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+        done.sort();
+        assert_eq!(done, vec![1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
+        s.push(
+            4,
+            Input::Down(ExecDown::BarrierDone {
+                idset: ranks.clone(),
+                id: 3,
+                seq: 1,
+            }),
+        );
+        s.run();
+        assert_eq!(s.barrier_done.len(), 6, "{:?}", s.barrier_done);
+        // The next barrier still gathers and completes as usual.
+        s.each(&ranks, |_| Input::ShellBarrier { id: 3, seq: 2 });
+        assert_eq!(s.barrier_done.iter().filter(|b| b.2 == 2).count(), 6);
     }
 
     #[test]

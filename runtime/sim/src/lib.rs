@@ -157,6 +157,12 @@ pub struct Sim {
     pub placed: BTreeMap<JobId, BTreeSet<Rank>>,
     /// Shells running now: (rank, job) → the incarnation running it.
     pub running: BTreeMap<(Rank, JobId), u64>,
+    /// Every job's shells enter one barrier as they start and run their time only once it
+    /// completes, as an MPI job's processes meet in `MPI_Init`: a job one of whose ranks is
+    /// lost then ends only if the fatal exception reaches every shell (the soak's barrier
+    /// jobs). Without it, shells run their time and exit on their own, and a shell the
+    /// exception never reached goes unnoticed.
+    pub barrier_jobs: bool,
     /// The first invariant broken, with the time.
     pub violation: Option<String>,
     /// The largest frame any daemon sent, when measured (it costs an encoding per send).
@@ -232,6 +238,7 @@ impl Sim {
             cancelled_holds: BTreeSet::new(),
             placed: BTreeMap::new(),
             running: BTreeMap::new(),
+            barrier_jobs: false,
             violation: None,
             largest_frame: None,
             stalled_until: vec![0; n as usize],
@@ -380,6 +387,14 @@ impl Sim {
             ));
         }
         self.placed.insert(*id, ranks);
+    }
+
+    /// How long job `id`'s processes run (once its barrier completed, with `barrier_jobs`).
+    fn run_ms(&self, id: JobId) -> u64 {
+        self.tools
+            .values()
+            .find(|t| t.id == Some(id))
+            .map_or(50, |t| t.run_ms)
     }
 
     /// A simulated job shell: it starts, runs, exits (early and killed on a signal), and
@@ -558,14 +573,24 @@ impl Sim {
                     ));
                 }
                 self.running.insert((r, id), life);
-                let run_ms = self
-                    .tools
-                    .values()
-                    .find(|t| t.id == Some(id))
-                    .map_or(50, |t| t.run_ms);
                 let t = self.now + 1 + self.lat();
                 self.shell_at(t, r, ShellInput::ShellStarted { id });
-                self.shell_at(t + run_ms, r, ShellInput::ShellExited { id, status: 0 });
+                if self.barrier_jobs {
+                    self.shell_at(t + 1, r, ShellInput::ShellBarrier { id, seq: 1 });
+                } else {
+                    let run_ms = self.run_ms(id);
+                    self.shell_at(t + run_ms, r, ShellInput::ShellExited { id, status: 0 });
+                }
+            }
+            Output::Shell(ShellCommand::BarrierDone { id, .. }) => {
+                if !self.barrier_jobs {
+                    self.violated(format!(
+                        "rank {r} completed a barrier of job {id}, which entered none"
+                    ));
+                } else if self.running.contains_key(&(r, id)) {
+                    let t = self.now + self.run_ms(id);
+                    self.shell_at(t, r, ShellInput::ShellExited { id, status: 0 });
+                }
             }
             Output::Shell(ShellCommand::Kill { id, signal }) => {
                 if self.running.contains_key(&(r, id)) {
@@ -577,8 +602,8 @@ impl Sim {
                 let t = self.now + 1 + self.lat();
                 self.shell_at(t, r, ShellInput::EpilogDone { id });
             }
-            // The simulated jobs use no barriers and take no stdin.
-            Output::Shell(ShellCommand::BarrierDone { .. } | ShellCommand::Stdin { .. })
+            // The simulated jobs take no stdin.
+            Output::Shell(ShellCommand::Stdin { .. })
             | Output::Persist(_)
             | Output::JobState { .. } => {}
             // A release component has nothing to do here: it is done at once.
@@ -1025,6 +1050,7 @@ pub fn scenario_with_relays(
         relays,
         Vec::new(),
         Vec::new(),
+        false,
     )
 }
 
@@ -1033,7 +1059,8 @@ pub fn scenario_with_relays(
 /// controller past the end of `relays`; it runs only on rank `pinned[i] % n` where that
 /// says so. Each of `freezes` (time, rank seed, length) stops a daemon without killing it,
 /// as SIGSTOP or a paused VM does: long enough, and its parent drops it as silent while its
-/// jobs still run there.
+/// jobs still run there. With `barrier`, every job's shells meet in a barrier first (see
+/// [`Sim::barrier_jobs`]).
 #[allow(clippy::too_many_arguments)]
 pub fn scenario_with_freezes(
     n: u32,
@@ -1047,9 +1074,11 @@ pub fn scenario_with_freezes(
     relays: Vec<u32>,
     freezes: Vec<(u64, u32, u64)>,
     pinned: Vec<Option<u32>>,
+    barrier: bool,
 ) -> Result<(), TestCaseError> {
     let heal = Some(1000 * MS);
     let mut sim = Sim::new(n, radix, heal, latency);
+    sim.barrier_jobs = barrier;
     let tree = RadixTree::new(radix, n);
     // An interior rank that boots only after the rest has settled.
     let missing = missing_seed

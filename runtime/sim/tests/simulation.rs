@@ -80,6 +80,31 @@ proptest! {
     ) {
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, pinned,
+            false,
+        )?;
+    }
+
+    /// As above, with jobs spread over many daemons whose shells meet in a barrier before
+    /// they run (the soak's barrier jobs): a job that lost a rank to a freeze or a crash ends
+    /// only when its fatal exception reaches every shell, the late ones included (a rank
+    /// that got the job's add after the exception passed by).
+    #[test]
+    fn barrier_jobs_that_lose_a_rank_end_on_every_daemon(
+        n in 4u32..32,
+        radix in 2u32..5,
+        boots in proptest::collection::vec(0u64..3000, 32),
+        base_latency in proptest::collection::vec(0u64..8, 16),
+        crashes in proptest::collection::vec((0u64..20_000, 1u32..32, any::<bool>(), 0u64..5000), 0..2),
+        jobs in proptest::collection::vec(
+            (3000u64..25_000, proptest::option::of(4u32..80), 0u64..3000),
+            1..12,
+        ),
+        relays in proptest::collection::vec(prop_oneof![3 => Just(0u32), 2 => 1u32..32], 0..12),
+        freezes in proptest::collection::vec((3000u64..22_000, 1u32..32, 500u64..7000), 1..4),
+    ) {
+        scenario_with_freezes(
+            n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, vec![],
+            true,
         )?;
     }
 }
@@ -836,6 +861,7 @@ fn a_job_added_below_a_thawed_daemon_after_its_rank_was_lost_ends_there_too() {
             Some(37),
             Some(23),
         ],
+        false,
     )
     .unwrap();
 }
@@ -1011,6 +1037,7 @@ fn a_stalled_daemon_reads_what_a_link_sent_in_the_order_it_was_sent() {
             Some(1),
             Some(1),
         ],
+        false,
     )
     .unwrap();
 }
