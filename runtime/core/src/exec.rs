@@ -835,7 +835,7 @@ impl JobExec {
                 kind,
                 note,
             } => {
-                let m = ExecDown::Exception {
+                let mut m = ExecDown::Exception {
                     idset: idset.clone(),
                     id,
                     severity,
@@ -844,10 +844,22 @@ impl JobExec {
                 };
                 self.fan_out_job(id, &idset, &m);
                 if severity == 0 {
-                    if let Some(j) = self.jobs.get_mut(&id) {
-                        j.fatal = Some(m);
-                    }
-                    if idset.contains(self.me) {
+                    // The local shell is killed once: the exception comes again to a shell
+                    // that started late (see `ExecUp::Start`) and with every hello answer.
+                    // It is kept for every rank of the job, whichever it named: a repeat is
+                    // meant for a few ranks only.
+                    let first = match self.jobs.get_mut(&id) {
+                        Some(j) if j.fatal.is_some() => false,
+                        Some(j) => {
+                            if let ExecDown::Exception { idset, .. } = &mut m {
+                                *idset = j.ranks.clone();
+                            }
+                            j.fatal = Some(m);
+                            true
+                        }
+                        None => true,
+                    };
+                    if first && idset.contains(self.me) {
                         self.kill_local(id, 9);
                     }
                 }
@@ -1177,8 +1189,35 @@ impl JobExec {
         match req {
             ExecUp::Hello | ExecUp::Output { .. } | ExecUp::StdinAck { .. } => {}
             ExecUp::Start { id, ranks } => {
+                let mut again = None;
                 if let Some(j) = self.jobs.get_mut(&id) {
+                    let late = ranks.difference(&j.started);
                     j.started = j.started.union(&ranks);
+                    // A shell that started after its job's fatal exception went down was not
+                    // there to be killed (its add came late, or by another way than the
+                    // exception): the exception goes to it again.
+                    if let (
+                        true,
+                        Some(ExecDown::Exception {
+                            id,
+                            severity,
+                            kind,
+                            note,
+                            ..
+                        }),
+                    ) = (self.controller && !late.is_empty(), j.fatal.clone())
+                    {
+                        again = Some(ExecDown::Exception {
+                            idset: late,
+                            id,
+                            severity,
+                            kind,
+                            note,
+                        });
+                    }
+                }
+                if let Some(m) = again {
+                    self.on_down(m);
                 }
                 self.progress(id);
             }
@@ -1687,11 +1726,24 @@ mod tests {
         /// The controller dies; a new one recovers the job list the job manager kept, and
         /// its two children (radix 2) say hello again. Its events start afresh.
         fn restart_controller(&mut self, recovered: Vec<(JobId, u32, IdSet, JobSpec)>) {
+            self.restart_controller_raising(recovered, vec![]);
+        }
+
+        /// [`Sim::restart_controller`], the job manager raising `raise` (the fatal
+        /// exceptions it kept) right after the recovered list.
+        fn restart_controller_raising(
+            &mut self,
+            recovered: Vec<(JobId, u32, IdSet, JobSpec)>,
+            raise: Vec<Input>,
+        ) {
             self.mods[0] = JobExec::new(0, true, self.tree);
             self.events.clear();
             let kids = vec![(1, 1, self.subtree(1)), (2, 2, self.subtree(2))];
             self.push(0, Input::Children(kids));
             self.push(0, Input::Recovered(recovered));
+            for r in raise {
+                self.push(0, r);
+            }
             self.push(1, uplink(Some(0)));
             self.push(2, uplink(Some(0)));
             self.run();
@@ -1987,6 +2039,81 @@ mod tests {
         done.sort();
         assert_eq!(done, vec![1, 2, 3, 4, 5, 6]);
         assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
+    /// Found by the soak (a barrier job that never ended after it lost a rank): a shell
+    /// whose add reaches its daemon after the job's fatal exception passed by, and not along
+    /// the exception's way, starts with nothing left to kill it. When its start reaches the
+    /// controller, the exception goes to it again.
+    #[test]
+    fn a_shell_that_starts_after_its_jobs_fatal_exception_is_killed() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.push(
+            0,
+            Input::Submit {
+                id: 8,
+                userid: 1000,
+                ranks: ranks.clone(),
+                spec: spec(),
+            },
+        );
+        let mut late_add = None;
+        while let Some((r, input)) = s.queue.pop_front() {
+            match input {
+                Input::Down(ExecDown::StateUpdate { .. }) if r == 6 && late_add.is_none() => {
+                    late_add = Some(input)
+                }
+                input => s.deliver(r, input),
+            }
+        }
+        s.each(&IdSet::range(1, 5), |_| Input::ShellStarted { id: 8 });
+        s.push(
+            0,
+            Input::Raise {
+                id: 8,
+                severity: 0,
+                kind: "test".into(),
+                note: "fatal".into(),
+            },
+        );
+        s.run();
+        assert!(!s.launched.contains(&(6, 8)));
+        s.push(6, late_add.expect("rank 6's add"));
+        s.run();
+        assert!(s.launched.contains(&(6, 8)), "{:?}", s.launched);
+        s.each(&IdSet::range(6, 6), |_| Input::ShellStarted { id: 8 });
+        assert!(
+            s.killed.contains(&(6, 8, 9)),
+            "rank 6's late shell was not killed: {:?}",
+            s.killed
+        );
+    }
+
+    /// A fatal exception lost on its way to rank 6 (its link broke as it passed), and the
+    /// controller restarted: the job manager raises the exception it kept again, and it
+    /// goes down with the hello answers, so rank 6's shell is killed and the job can end.
+    #[test]
+    fn a_fatal_exception_kept_across_a_controller_restart_reaches_a_shell_it_missed() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(8, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 8 });
+        let raise = || Input::Raise {
+            id: 8,
+            severity: 0,
+            kind: "test".into(),
+            note: "fatal".into(),
+        };
+        s.push(0, raise());
+        while let Some((r, input)) = s.queue.pop_front() {
+            if !(r == 6 && matches!(input, Input::Down(ExecDown::Exception { .. }))) {
+                s.deliver(r, input);
+            }
+        }
+        assert!(!s.killed.iter().any(|k| k.0 == 6), "{:?}", s.killed);
+        s.restart_controller_raising(vec![(8, 1000, ranks.clone(), spec())], vec![raise()]);
+        assert!(s.killed.contains(&(6, 8, 9)), "{:?}", s.killed);
     }
 
     /// Job 3 running on ranks 1-6 of 7 (radix 2), each of whose shells is about to enter

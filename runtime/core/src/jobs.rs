@@ -122,6 +122,17 @@ pub struct Persisted {
     pub spec: JobSpec,
     pub report: JobSummary,
     pub time_limit_ms: Option<u64>,
+    /// The job's first fatal exception, raised again by the restarted controller: shells
+    /// the first one did not reach (cut off, or started late) are still to be killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fatal: Option<Fatal>,
+}
+
+/// A fatal exception (severity 0) as a job's record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fatal {
+    pub kind: String,
+    pub note: String,
 }
 
 /// Where a job stands on its way to a launch.
@@ -155,6 +166,7 @@ struct Job {
     want: Want,
     /// Counted among the launches in progress (launched, not yet started or ended).
     launching: bool,
+    fatal: Option<Fatal>,
 }
 
 /// See the module documentation.
@@ -243,8 +255,17 @@ impl JobManager {
             out: Vec::new(),
         };
         let mut recovered = Vec::new();
+        let mut raise = Vec::new();
         for p in live {
             recovered.push((p.id, p.userid, p.ranks.clone(), p.spec.clone()));
+            if let Some(f) = &p.fatal {
+                raise.push(exec::Input::Raise {
+                    id: p.id,
+                    severity: 0,
+                    kind: f.kind.clone(),
+                    note: f.note.clone(),
+                });
+            }
             m.jobs.insert(
                 p.id,
                 Job {
@@ -261,10 +282,14 @@ impl JobManager {
                         hosts: None,
                     },
                     launching: false,
+                    fatal: p.fatal,
                 },
             );
         }
         m.emit(Output::Exec(exec::Input::Recovered(recovered)));
+        for r in raise {
+            m.emit(Output::Exec(r));
+        }
         let out = std::mem::take(&mut m.out);
         (m, out)
     }
@@ -470,6 +495,7 @@ impl JobManager {
                 },
                 want,
                 launching: false,
+                fatal: None,
             },
         );
         self.prune_history();
@@ -730,9 +756,19 @@ impl JobManager {
                 }
                 self.persist();
             }
-            JobEvent::Exception { id, kind, note, .. } => {
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.report.exception.get_or_insert(format!("{kind}: {note}"));
+            JobEvent::Exception {
+                id,
+                severity,
+                kind,
+                note,
+            } => {
+                let Some(j) = self.jobs.get_mut(&id) else {
+                    return;
+                };
+                j.report.exception.get_or_insert(format!("{kind}: {note}"));
+                if severity == 0 && j.fatal.is_none() {
+                    j.fatal = Some(Fatal { kind, note });
+                    self.persist();
                 }
             }
             JobEvent::Released { id, last, .. } => {
@@ -820,6 +856,7 @@ impl JobManager {
                 spec: j.spec.clone(),
                 report: j.report.clone(),
                 time_limit_ms: j.time_limit_ms,
+                fatal: j.fatal.clone(),
             })
             .collect();
         self.saved_next_id = self.next_id;
@@ -1137,6 +1174,57 @@ mod tests {
                 ..
             }
         )));
+    }
+
+    /// A fatal exception is written out at once, and a manager restarted from that record
+    /// raises it again right after the recovered list (job-exec then repeats it to every
+    /// daemon that says hello); a job with none, or only a non-fatal one, gets nothing.
+    #[test]
+    fn a_fatal_exception_is_kept_and_raised_again_by_a_restarted_manager() {
+        let mut m = mgr();
+        let r = wired(&[1, 2]);
+        for link in [5, 6] {
+            m.handle(
+                &r,
+                Input::Submit {
+                    link,
+                    job: submit(1, MapBy::Node, None),
+                },
+            );
+        }
+        let exception = |id, severity| {
+            Input::Event(JobEvent::Exception {
+                id,
+                severity,
+                kind: "node-failure".into(),
+                note: "rank 2 lost".into(),
+            })
+        };
+        let out = m.handle(&r, exception(2, 1));
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::Persist(_))),
+            "{out:?}"
+        );
+        let out = m.handle(&r, exception(1, 0));
+        let Some(Output::Persist(saved)) = out
+            .iter()
+            .find(|o| matches!(o, Output::Persist(_)))
+            .cloned()
+        else {
+            panic!("a fatal exception was not written out: {out:?}");
+        };
+        assert_eq!(saved.live.len(), 2, "{saved:?}");
+        let (_, first) = JobManager::new(saved);
+        assert!(matches!(&first[0], Output::Exec(exec::Input::Recovered(l)) if l.len() == 2));
+        assert_eq!(
+            first[1..],
+            [Output::Exec(exec::Input::Raise {
+                id: 1,
+                severity: 0,
+                kind: "node-failure".into(),
+                note: "rank 2 lost".into(),
+            })]
+        );
     }
 
     /// Found by the soak: a controller restarted with no job live numbered from 1 again,
