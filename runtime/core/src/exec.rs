@@ -217,9 +217,9 @@ struct Job {
     barrier: Option<(u64, IdSet)>,
     /// The ranks the barrier being gathered went up for (reset when the upward link changes).
     sent_barrier: IdSet,
-    /// The latest barrier whose end passed here. A report of it or an earlier one comes
-    /// from below a link its end was lost on: the end goes down again, at once.
-    barrier_done: u64,
+    /// The local shell was sent SIGKILL for the job's fatal exception while it ran (a kill
+    /// while it launches may find no process yet: its start then brings another).
+    killed: bool,
     /// What was already sent up (reset when the upward link changes).
     sent_start: IdSet,
     sent_finish: IdSet,
@@ -415,10 +415,13 @@ impl JobExec {
                 }
             }
             Input::ShellStdinAck { id, bytes } => self.stdin_ack_up(id, bytes),
-            Input::ShellStarted { id } => self.local(id, |j, me| {
-                j.shell = Some(Shell::Running);
-                j.started.insert(me);
-            }),
+            Input::ShellStarted { id } => {
+                self.local(id, |j, me| {
+                    j.shell = Some(Shell::Running);
+                    j.started.insert(me);
+                });
+                self.kill_fatal(id);
+            }
             Input::ShellBarrier { id, seq } => {
                 self.local(id, |j, me| j.enter(seq, &IdSet::range(me, me)))
             }
@@ -817,9 +820,8 @@ impl JobExec {
                 let Some(j) = self.jobs.get_mut(&id) else {
                     return;
                 };
-                j.barrier_done = j.barrier_done.max(seq);
-                // Only the end of the barrier the local processes wait in, once: an end
-                // sent again (see `Job::barrier_done`) must not release the next one.
+                // Only the end of the barrier the local processes wait in, once: the shell
+                // answers every local process, so any other end would release the wrong one.
                 let Some((_, entered)) = j.barrier.take_if(|(s, _)| *s == seq) else {
                     return;
                 };
@@ -844,24 +846,17 @@ impl JobExec {
                 };
                 self.fan_out_job(id, &idset, &m);
                 if severity == 0 {
-                    // The local shell is killed once: the exception comes again to a shell
-                    // that started late (see `ExecUp::Start`) and with every hello answer.
-                    // It is kept for every rank of the job, whichever it named: a repeat is
-                    // meant for a few ranks only.
-                    let first = match self.jobs.get_mut(&id) {
-                        Some(j) if j.fatal.is_some() => false,
-                        Some(j) => {
+                    // Kept for every rank of the job, whichever it named: a repeat (to a
+                    // shell that started late, see `ExecUp::Start`) names a few only.
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        if j.fatal.is_none() {
                             if let ExecDown::Exception { idset, .. } = &mut m {
                                 *idset = j.ranks.clone();
                             }
                             j.fatal = Some(m);
-                            true
                         }
-                        None => true,
-                    };
-                    if first && idset.contains(self.me) {
-                        self.kill_local(id, 9);
                     }
+                    self.kill_fatal(id);
                 }
             }
             ExecDown::Signal { idset, id, signal } => {
@@ -896,6 +891,25 @@ impl JobExec {
                 }
             }
         }
+    }
+
+    /// The job has had a fatal exception: its local shell gets SIGKILL, once it runs (and
+    /// while it launches, which may find no process yet), and once only: the exception
+    /// comes again with every hello answer.
+    fn kill_fatal(&mut self, id: JobId) {
+        let me = self.me;
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if j.fatal.is_none() || !j.ranks.contains(me) || j.killed {
+            return;
+        }
+        match j.shell {
+            Some(Shell::Running) => j.killed = true,
+            Some(Shell::Launching) => {}
+            _ => return,
+        }
+        self.emit(Output::Shell(ShellCommand::Kill { id, signal: 9 }));
     }
 
     fn kill_local(&mut self, id: JobId, signal: i32) {
@@ -1222,20 +1236,9 @@ impl JobExec {
                 self.progress(id);
             }
             ExecUp::Barrier { id, ranks, seq } => {
-                let Some(j) = self.jobs.get_mut(&id) else {
-                    return;
-                };
-                if seq <= j.barrier_done {
-                    if !ranks.is_empty() {
-                        self.on_down(ExecDown::BarrierDone {
-                            idset: ranks,
-                            id,
-                            seq,
-                        });
-                    }
-                    return;
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.enter(seq, &ranks);
                 }
-                j.enter(seq, &ranks);
                 self.progress(id);
             }
             ExecUp::Finish { id, ranks, status } => {
@@ -1534,7 +1537,7 @@ impl Job {
             released: IdSet::new(),
             barrier: None,
             sent_barrier: IdSet::new(),
-            barrier_done: 0,
+            killed: false,
             sent_start: IdSet::new(),
             sent_finish: IdSet::new(),
             sent_release: IdSet::new(),
@@ -2090,6 +2093,67 @@ mod tests {
         );
     }
 
+    /// A fatal exception that comes while the shells launch may find no process to kill
+    /// (the real shell signals only the process groups it started): each shell is killed
+    /// again as it starts, and then never again, however often the exception comes. A
+    /// repeat that names other ranks kills a shell of the job all the same.
+    #[test]
+    fn a_shell_the_fatal_exception_met_launching_is_killed_as_it_starts_and_only_then() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(8, ranks.clone());
+        let fatal = |idset: IdSet| {
+            Input::Down(ExecDown::Exception {
+                idset,
+                id: 8,
+                severity: 0,
+                kind: "test".into(),
+                note: "fatal".into(),
+            })
+        };
+        s.push(0, fatal(ranks.clone()));
+        s.run();
+        assert_eq!(
+            s.killed.len(),
+            6,
+            "one kill per launching shell: {:?}",
+            s.killed
+        );
+        // At once, by the daemon itself (the controller would send the exception again
+        // only once the start reached it).
+        for r in ranks.iter() {
+            s.deliver(r, Input::ShellStarted { id: 8 });
+        }
+        let mut started: Vec<Rank> = s.killed[6..].iter().map(|k| k.0).collect();
+        started.sort();
+        assert_eq!(started, [1, 2, 3, 4, 5, 6], "{:?}", s.killed);
+        s.run();
+        s.push(0, fatal(ranks.clone()));
+        s.push(2, fatal(IdSet::range(6, 6)));
+        s.run();
+        assert_eq!(s.killed.len(), 12, "killed again: {:?}", s.killed);
+
+        let mut s = Sim::new(7, 2);
+        s.submit(9, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 9 });
+        s.push(
+            2,
+            Input::Down(ExecDown::Exception {
+                idset: IdSet::range(6, 6),
+                id: 9,
+                severity: 0,
+                kind: "test".into(),
+                note: "fatal".into(),
+            }),
+        );
+        s.run();
+        assert!(
+            s.killed.iter().any(|k| k.0 == 2) && s.killed.iter().any(|k| k.0 == 6),
+            "rank 2's first fatal exception named rank 6 alone: {:?}",
+            s.killed
+        );
+    }
+
     /// A fatal exception lost on its way to rank 6 (its link broke as it passed), and the
     /// controller restarted: the job manager raises the exception it kept again, and it
     /// goes down with the hello answers, so rank 6's shell is killed and the job can end.
@@ -2150,40 +2214,42 @@ mod tests {
         assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
     }
 
-    /// A barrier's end lost on its way down (rank 3's link to rank 1 broke as it passed):
-    /// rank 3, back below rank 1, sends the barrier again, and rank 1, which passed that end
-    /// on, answers it at once. An end that comes twice reaches no shell twice: a process in
-    /// the next barrier would take it for that one's.
+    /// The shell answers every local process whatever barrier it waits in: an end reaches
+    /// it only for the barrier its processes entered, and once (barrier numbers may repeat).
     #[test]
-    fn a_barrier_end_lost_below_a_daemon_comes_again_when_its_child_re_links_and_only_once() {
+    fn a_barrier_end_reaches_a_shell_once_and_only_for_the_barrier_it_waits_in() {
         let (mut s, ranks) = job_3_entering_barrier_1();
-        while let Some((r, input)) = s.queue.pop_front() {
-            let lost = r == 3 && matches!(input, Input::Down(ExecDown::BarrierDone { .. }));
-            if !lost {
-                s.deliver(r, input);
-            }
-        }
-        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
-        done.sort();
-        assert_eq!(done, vec![1, 2, 4, 5, 6], "rank 3's end was lost");
-        s.push(3, uplink(Some(1)));
-        s.run();
-        let mut done: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
-        done.sort();
-        assert_eq!(done, vec![1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
-        s.push(
-            4,
-            Input::Down(ExecDown::BarrierDone {
-                idset: ranks.clone(),
-                id: 3,
-                seq: 1,
-            }),
-        );
         s.run();
         assert_eq!(s.barrier_done.len(), 6, "{:?}", s.barrier_done);
-        // The next barrier still gathers and completes as usual.
-        s.each(&ranks, |_| Input::ShellBarrier { id: 3, seq: 2 });
-        assert_eq!(s.barrier_done.iter().filter(|b| b.2 == 2).count(), 6);
+        // Rank 4 is told barrier `seq` ended; how many releases the shells have had.
+        let end_at_4 = |s: &mut Sim, seq| {
+            s.push(
+                4,
+                Input::Down(ExecDown::BarrierDone {
+                    idset: IdSet::range(1, 6),
+                    id: 3,
+                    seq,
+                }),
+            );
+            s.run();
+            s.barrier_done.len()
+        };
+        assert_eq!(end_at_4(&mut s, 1), 6, "a second end released rank 4 again");
+        let enter_1 = |_| Input::ShellBarrier { id: 3, seq: 1 };
+        s.each(&IdSet::range(1, 5), enter_1);
+        assert_eq!(
+            end_at_4(&mut s, 2),
+            6,
+            "an end of another barrier released rank 4"
+        );
+        s.each(&IdSet::range(6, 6), enter_1);
+        let again: Vec<Rank> = s.barrier_done[6..].iter().map(|b| b.0).collect();
+        assert_eq!(
+            again.len(),
+            6,
+            "barrier 1 used again completes again: {again:?}"
+        );
+        assert!(ranks.iter().all(|r| again.contains(&r)));
     }
 
     #[test]
