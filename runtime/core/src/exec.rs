@@ -217,6 +217,16 @@ struct Job {
     barrier: Option<(u64, IdSet)>,
     /// The ranks the barrier being gathered went up for (reset when the upward link changes).
     sent_barrier: IdSet,
+    /// The greatest barrier key whose end passed here (see [`barrier_key`]).
+    barrier_done: u64,
+    /// The local processes: how many barriers they left, and the number of the one they
+    /// wait in, as they wrote it (its end is answered with it).
+    passed: u64,
+    shell_seq: u64,
+    /// The first fatal exception this daemon sent up for the job (raised here or passed on
+    /// from below), sent again to each new parent; `fatal_up_sent`: to this one.
+    fatal_up: Option<ExecUp>,
+    fatal_up_sent: bool,
     /// The local shell was sent SIGKILL for the job's fatal exception while it ran (a kill
     /// while it launches may find no process yet: its start then brings another).
     killed: bool,
@@ -239,6 +249,15 @@ struct Job {
     start_due: bool,
     /// An [`Output::HoldStart`] for this job is outstanding.
     hold_timer: bool,
+}
+
+/// How job-exec names a job's barrier on the wire: the local processes' `count`-th barrier
+/// (every process of a job goes through the same barriers in turn, so each rank counts the
+/// same), above the low 32 bits of the number they wrote. Keys grow, whatever numbers a job
+/// uses (barrier 1 again and again, or 0): a report of a key whose end already passed a
+/// daemon is surely stale, and a process never mistakes an earlier end for its own.
+fn barrier_key(count: u64, seq: u64) -> u64 {
+    (count.min(u64::from(u32::MAX)) << 32) | (seq & u64::from(u32::MAX))
 }
 
 /// See the module documentation.
@@ -422,9 +441,11 @@ impl JobExec {
                 });
                 self.kill_fatal(id);
             }
-            Input::ShellBarrier { id, seq } => {
-                self.local(id, |j, me| j.enter(seq, &IdSet::range(me, me)))
-            }
+            Input::ShellBarrier { id, seq } => self.local(id, |j, me| {
+                j.shell_seq = seq;
+                let key = barrier_key(j.passed + 1, seq);
+                j.enter(key, &IdSet::range(me, me))
+            }),
             Input::ProcExited { .. } => {}
             Input::ShellExited { id, status } => {
                 self.local(id, |j, me| {
@@ -552,6 +573,7 @@ impl JobExec {
             j.sent_finish = IdSet::new();
             j.sent_release = IdSet::new();
             j.sent_barrier = IdSet::new();
+            j.fatal_up_sent = false;
         }
         if link.is_some() {
             self.emit(Output::SendUp(ExecUp::Hello));
@@ -628,6 +650,9 @@ impl JobExec {
         self.held_bytes = 0;
         for req in std::mem::take(&mut self.held) {
             self.emit(Output::SendUp(req));
+        }
+        for &id in &ids {
+            self.send_fatal_up(id);
         }
         for id in ids {
             self.progress(id);
@@ -820,6 +845,7 @@ impl JobExec {
                 let Some(j) = self.jobs.get_mut(&id) else {
                     return;
                 };
+                j.barrier_done = j.barrier_done.max(seq);
                 // Only the end of the barrier the local processes wait in, once: the shell
                 // answers every local process, so any other end would release the wrong one.
                 let Some((_, entered)) = j.barrier.take_if(|(s, _)| *s == seq) else {
@@ -827,6 +853,8 @@ impl JobExec {
                 };
                 j.sent_barrier = IdSet::new();
                 if idset.contains(me) && entered.contains(me) {
+                    j.passed += 1;
+                    let seq = j.shell_seq;
                     self.emit(Output::Shell(ShellCommand::BarrierDone { id, seq }));
                 }
             }
@@ -1236,9 +1264,23 @@ impl JobExec {
                 self.progress(id);
             }
             ExecUp::Barrier { id, ranks, seq } => {
-                if let Some(j) = self.jobs.get_mut(&id) {
-                    j.enter(seq, &ranks);
+                let Some(j) = self.jobs.get_mut(&id) else {
+                    return;
+                };
+                // Barrier keys grow: a report of one whose end already passed here comes
+                // from below a link that end was lost on (broken as it passed): the end goes
+                // down again.
+                if seq <= j.barrier_done {
+                    if !ranks.is_empty() {
+                        self.on_down(ExecDown::BarrierDone {
+                            idset: ranks,
+                            id,
+                            seq,
+                        });
+                    }
+                    return;
                 }
+                j.enter(seq, &ranks);
                 self.progress(id);
             }
             ExecUp::Finish { id, ranks, status } => {
@@ -1360,15 +1402,62 @@ impl JobExec {
     fn raise_up(&mut self, id: JobId, severity: u32, kind: String, note: String) {
         if !self.controller {
             self.start_now(id);
-            self.emit(Output::SendUp(ExecUp::Exception {
+            let len = kind.len() + note.len();
+            let req = ExecUp::Exception {
                 id,
                 severity,
                 kind,
                 note,
-            }));
+            };
+            // A job's first fatal exception is kept with the job and goes up again to every new
+            // parent until the job ends here: lost with a link up that died (it may take a
+            // while to be found dead), it leaves the job's other shells running, in a
+            // barrier for good.
+            if let Some(j) = self.jobs.get_mut(&id).filter(|_| severity == 0) {
+                if j.fatal_up.is_none() {
+                    j.fatal_up = Some(req);
+                    j.fatal_up_sent = false;
+                    return self.send_fatal_up(id);
+                }
+            }
+            if self.ready {
+                return self.emit(Output::SendUp(req));
+            }
+            // No parent to take it (the link up is gone, or the new one has not answered):
+            // it waits with the output; a fatal one of a job not held here always, once.
+            let fatal_held = severity == 0
+                && self
+                    .held
+                    .iter()
+                    .any(|h| matches!(h, ExecUp::Exception { id: i, severity: 0, .. } if *i == id));
+            if fatal_held {
+                return;
+            }
+            if severity == 0 || self.held_bytes + len <= HELD_OUTPUT {
+                self.held_bytes += len;
+                self.held.push_back(req);
+            } else {
+                self.dropped_bytes += len;
+            }
             return;
         }
         self.on_exception(id, severity, kind, note);
+    }
+
+    /// Sends job `id`'s kept fatal exception up, if it has not gone to this parent yet and
+    /// the parent has answered the hello.
+    fn send_fatal_up(&mut self, id: JobId) {
+        if !self.ready {
+            return;
+        }
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if let (Some(req), false) = (&j.fatal_up, j.fatal_up_sent) {
+            j.fatal_up_sent = true;
+            let req = req.clone();
+            self.emit(Output::SendUp(req));
+        }
     }
 
     fn on_exception(&mut self, id: JobId, severity: u32, kind: String, note: String) {
@@ -1537,7 +1626,12 @@ impl Job {
             released: IdSet::new(),
             barrier: None,
             sent_barrier: IdSet::new(),
+            barrier_done: 0,
+            passed: 0,
+            shell_seq: 0,
             killed: false,
+            fatal_up: None,
+            fatal_up_sent: false,
             sent_start: IdSet::new(),
             sent_finish: IdSet::new(),
             sent_release: IdSet::new(),
@@ -1579,6 +1673,8 @@ mod tests {
         killed: Vec<(Rank, JobId, i32)>,
         epilogs: Vec<(Rank, JobId)>,
         barrier_done: Vec<(Rank, JobId, u64)>,
+        /// Ranks whose link up is gone (`Input::Uplink` with none).
+        no_uplink: BTreeSet<Rank>,
         stdin: Vec<(Rank, JobId, Vec<u8>, bool)>,
         events: Vec<JobEvent>,
         logs: Vec<(Rank, String)>,
@@ -1618,6 +1714,7 @@ mod tests {
                 killed: vec![],
                 epilogs: vec![],
                 barrier_done: vec![],
+                no_uplink: BTreeSet::new(),
                 stdin: vec![],
                 events: vec![],
                 logs: vec![],
@@ -1667,6 +1764,13 @@ mod tests {
 
         /// Rank `r` handles `input` now, ahead of the queue; what it sends is queued.
         fn deliver(&mut self, r: Rank, input: Input) {
+            if let Input::Uplink { link, .. } = &input {
+                if link.is_some() {
+                    self.no_uplink.remove(&r);
+                } else {
+                    self.no_uplink.insert(r);
+                }
+            }
             let mut sent_up = vec![];
             for o in self.mods[r as usize].handle(input) {
                 match o {
@@ -1682,7 +1786,10 @@ mod tests {
                             ExecUp::Output { .. } => "output",
                             ExecUp::StdinAck { .. } => "stdin-ack",
                         });
-                        if let Some(p) = self.tree.parent(r) {
+                        // A daemon with no link up sends nothing (the daemon core drops it).
+                        if let Some(p) =
+                            self.tree.parent(r).filter(|_| !self.no_uplink.contains(&r))
+                        {
                             self.push(
                                 p,
                                 Input::Up {
@@ -2093,6 +2200,38 @@ mod tests {
         );
     }
 
+    /// Found by the simulator (a barrier job and a restarted controller): a daemon that
+    /// found it had no shell for a job (its add was lost) raised a fatal exception while its
+    /// link up was gone, and it was dropped; the job's other shells waited in the barrier
+    /// for good. An exception raised with no parent to take it waits for the new parent's
+    /// answer, as output does.
+    #[test]
+    fn an_exception_raised_while_the_link_up_is_gone_goes_up_once_the_new_parent_answers() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(8, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 8 });
+        s.deliver(3, uplink(None));
+        s.deliver(
+            3,
+            Input::LocalFailure {
+                id: 8,
+                note: "lost".into(),
+            },
+        );
+        s.run();
+        let raised = |s: &Sim| {
+            s.events
+                .iter()
+                .filter(|e| matches!(e, JobEvent::Exception { id: 8, note, .. } if note == "lost"))
+                .count()
+        };
+        assert_eq!(raised(&s), 0);
+        s.push(3, uplink(Some(1)));
+        s.run();
+        assert_eq!(raised(&s), 1, "{:?}", s.events);
+    }
+
     /// A fatal exception that comes while the shells launch may find no process to kill
     /// (the real shell signals only the process groups it started): each shell is killed
     /// again as it starts, and then never again, however often the exception comes. A
@@ -2215,32 +2354,33 @@ mod tests {
     }
 
     /// The shell answers every local process whatever barrier it waits in: an end reaches
-    /// it only for the barrier its processes entered, and once (barrier numbers may repeat).
+    /// it only for the barrier its processes entered, and once, and a barrier number used
+    /// again is a new barrier (its key counts the barriers passed).
     #[test]
     fn a_barrier_end_reaches_a_shell_once_and_only_for_the_barrier_it_waits_in() {
         let (mut s, ranks) = job_3_entering_barrier_1();
         s.run();
         assert_eq!(s.barrier_done.len(), 6, "{:?}", s.barrier_done);
-        // Rank 4 is told barrier `seq` ended; how many releases the shells have had.
-        let end_at_4 = |s: &mut Sim, seq| {
-            s.push(
-                4,
-                Input::Down(ExecDown::BarrierDone {
-                    idset: IdSet::range(1, 6),
-                    id: 3,
-                    seq,
-                }),
-            );
-            s.run();
-            s.barrier_done.len()
-        };
-        assert_eq!(end_at_4(&mut s, 1), 6, "a second end released rank 4 again");
+        s.push(
+            4,
+            Input::Down(ExecDown::BarrierDone {
+                idset: IdSet::range(1, 6),
+                id: 3,
+                seq: barrier_key(1, 1),
+            }),
+        );
+        s.run();
+        assert_eq!(
+            s.barrier_done.len(),
+            6,
+            "a second end released rank 4 again"
+        );
         let enter_1 = |_| Input::ShellBarrier { id: 3, seq: 1 };
         s.each(&IdSet::range(1, 5), enter_1);
         assert_eq!(
-            end_at_4(&mut s, 2),
+            s.barrier_done.len(),
             6,
-            "an end of another barrier released rank 4"
+            "barrier 1 again ended before rank 6 entered"
         );
         s.each(&IdSet::range(6, 6), enter_1);
         let again: Vec<Rank> = s.barrier_done[6..].iter().map(|b| b.0).collect();
@@ -2250,6 +2390,34 @@ mod tests {
             "barrier 1 used again completes again: {again:?}"
         );
         assert!(ranks.iter().all(|r| again.contains(&r)));
+        assert!(
+            s.barrier_done.iter().all(|b| b.2 == 1),
+            "{:?}",
+            s.barrier_done
+        );
+    }
+
+    /// Found by the simulator (freezes and a controller restart): a barrier's end was lost
+    /// on its way down (rank 3's link to rank 1 broke as it passed). Rank 3, back below rank
+    /// 1, sends the barrier again, and rank 1, which passed that end on, answers it at once.
+    #[test]
+    fn a_barrier_end_lost_below_a_daemon_comes_again_when_its_child_re_links() {
+        let (mut s, _) = job_3_entering_barrier_1();
+        while let Some((r, input)) = s.queue.pop_front() {
+            let lost = r == 3 && matches!(input, Input::Down(ExecDown::BarrierDone { .. }));
+            if !lost {
+                s.deliver(r, input);
+            }
+        }
+        let done = |s: &Sim| {
+            let mut d: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+            d.sort();
+            d
+        };
+        assert_eq!(done(&s), [1, 2, 4, 5, 6], "rank 3's end was lost");
+        s.push(3, uplink(Some(1)));
+        s.run();
+        assert_eq!(done(&s), [1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
     }
 
     #[test]

@@ -76,7 +76,9 @@ crate::tag_first! {
             id: JobId,
             spec: JobSpec,
         },
-        /// Every shell of the job entered barrier `seq`: they may leave it.
+        /// Every shell of the job entered barrier `seq`: they may leave it. `seq` is
+        /// job-exec's key for the barrier (the count of barriers the job's processes passed,
+        /// above the low 32 bits of the number they wrote), not that number itself.
         BarrierDone { idset: IdSet, id: JobId, seq: u64 },
         /// A job exception event; fatal ones (severity 0) kill the local shells.
         Exception {

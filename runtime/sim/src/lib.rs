@@ -16,6 +16,7 @@ use std::time::Duration;
 use dvmlab_core::daemon_core::{DaemonCore, Input as CoreInput, Now, Output, Timer};
 use dvmlab_core::exec::{Input as ShellInput, JobId, ShellCommand};
 use dvmlab_core::identity::{Identity, Role};
+use dvmlab_core::jobs::Saved;
 use dvmlab_core::overlay::{Input, Io, LinkId, NodeConfig, Note};
 use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::{RadixTree, Rank};
@@ -163,6 +164,9 @@ pub struct Sim {
     /// jobs). Without it, shells run their time and exit on their own, and a shell the
     /// exception never reached goes unnoticed.
     pub barrier_jobs: bool,
+    /// What the controller last wrote out of its live jobs: a controller booting again
+    /// recovers them.
+    pub saved_jobs: Saved,
     /// The first invariant broken, with the time.
     pub violation: Option<String>,
     /// The largest frame any daemon sent, when measured (it costs an encoding per send).
@@ -239,6 +243,7 @@ impl Sim {
             placed: BTreeMap::new(),
             running: BTreeMap::new(),
             barrier_jobs: false,
+            saved_jobs: Saved::default(),
             violation: None,
             largest_frame: None,
             stalled_until: vec![0; n as usize],
@@ -603,9 +608,8 @@ impl Sim {
                 self.shell_at(t, r, ShellInput::EpilogDone { id });
             }
             // The simulated jobs take no stdin.
-            Output::Shell(ShellCommand::Stdin { .. })
-            | Output::Persist(_)
-            | Output::JobState { .. } => {}
+            Output::Shell(ShellCommand::Stdin { .. }) | Output::JobState { .. } => {}
+            Output::Persist(saved) => self.saved_jobs = saved,
             // A release component has nothing to do here: it is done at once.
             Output::Release {
                 campaign,
@@ -869,7 +873,7 @@ impl Sim {
                     // time since the run started), so start times are all zero: a daemon's
                     // epoch is then the time of its connection, as in the real shell.
                     let cfg = self.cfg[r as usize].clone();
-                    let recovered = (r == 0).then(Default::default);
+                    let recovered = (r == 0).then(|| self.saved_jobs.clone());
                     let mut core =
                         DaemonCore::new(cfg, recovered, dvmlab_core::event::server::DEFAULT_RING);
                     core.set_start_hold(Duration::from_millis(START_HOLD_MS));
@@ -1050,8 +1054,18 @@ pub fn scenario_with_relays(
         relays,
         Vec::new(),
         Vec::new(),
-        false,
+        MoreChaos::default(),
     )
+}
+
+/// What [`scenario_with_freezes`] may add to a run.
+#[derive(Debug, Clone, Default)]
+pub struct MoreChaos {
+    /// See [`Sim::barrier_jobs`].
+    pub barrier_jobs: bool,
+    /// The controller crashes (time, with FIN, down for) and boots again from the live jobs
+    /// it wrote out last, as prted does from its jobs file.
+    pub controller_crashes: Vec<(u64, bool, u64)>,
 }
 
 /// One simulated run; see the properties in `tests/simulation.rs`. Job `i` is submitted by
@@ -1059,8 +1073,7 @@ pub fn scenario_with_relays(
 /// controller past the end of `relays`; it runs only on rank `pinned[i] % n` where that
 /// says so. Each of `freezes` (time, rank seed, length) stops a daemon without killing it,
 /// as SIGSTOP or a paused VM does: long enough, and its parent drops it as silent while its
-/// jobs still run there. With `barrier`, every job's shells meet in a barrier first (see
-/// [`Sim::barrier_jobs`]).
+/// jobs still run there. `more` adds barrier jobs and controller restarts.
 #[allow(clippy::too_many_arguments)]
 pub fn scenario_with_freezes(
     n: u32,
@@ -1074,11 +1087,15 @@ pub fn scenario_with_freezes(
     relays: Vec<u32>,
     freezes: Vec<(u64, u32, u64)>,
     pinned: Vec<Option<u32>>,
-    barrier: bool,
+    more: MoreChaos,
 ) -> Result<(), TestCaseError> {
     let heal = Some(1000 * MS);
     let mut sim = Sim::new(n, radix, heal, latency);
-    sim.barrier_jobs = barrier;
+    sim.barrier_jobs = more.barrier_jobs;
+    for (t, fin, down) in more.controller_crashes {
+        sim.at(t, Ev::Crash { rank: 0, fin });
+        sim.at(t + down, Ev::Boot(0));
+    }
     let tree = RadixTree::new(radix, n);
     // An interior rank that boots only after the rest has settled.
     let missing = missing_seed

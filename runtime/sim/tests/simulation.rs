@@ -3,7 +3,8 @@
 
 use dvmlab_proto::wire::ToolReply;
 use dvmlab_sim::{
-    scenario, scenario_with_freezes, scenario_with_relays, scenario_with_shrinks, Ev, Sim, ToolView,
+    scenario, scenario_with_freezes, scenario_with_relays, scenario_with_shrinks, Ev, MoreChaos,
+    Sim, ToolView,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -80,14 +81,16 @@ proptest! {
     ) {
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, pinned,
-            false,
+            MoreChaos::default(),
         )?;
     }
 
     /// As above, with jobs spread over many daemons whose shells meet in a barrier before
-    /// they run (the soak's barrier jobs): a job that lost a rank to a freeze or a crash ends
-    /// only when its fatal exception reaches every shell, the late ones included (a rank
-    /// that got the job's add after the exception passed by).
+    /// they run (the soak's barrier jobs), and the controller restarted now and then: a job
+    /// that lost a rank to a freeze or a crash ends only when its fatal exception reaches
+    /// every shell, the late ones included (a rank that got the job's add after the
+    /// exception passed by), and a barrier the controller died gathering completes under
+    /// the next one.
     #[test]
     fn barrier_jobs_that_lose_a_rank_end_on_every_daemon(
         n in 4u32..32,
@@ -101,10 +104,12 @@ proptest! {
         ),
         relays in proptest::collection::vec(prop_oneof![3 => Just(0u32), 2 => 1u32..32], 0..12),
         freezes in proptest::collection::vec((3000u64..22_000, 1u32..32, 500u64..7000), 1..4),
+        controller_crashes in proptest::collection::vec((3000u64..20_000, any::<bool>(), 100u64..3000), 0..2),
     ) {
+        let more = MoreChaos { barrier_jobs: true, controller_crashes };
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, vec![],
-            true,
+            more,
         )?;
     }
 }
@@ -861,7 +866,7 @@ fn a_job_added_below_a_thawed_daemon_after_its_rank_was_lost_ends_there_too() {
             Some(37),
             Some(23),
         ],
-        false,
+        MoreChaos::default(),
     )
     .unwrap();
 }
@@ -1037,7 +1042,7 @@ fn a_stalled_daemon_reads_what_a_link_sent_in_the_order_it_was_sent() {
             Some(1),
             Some(1),
         ],
-        false,
+        MoreChaos::default(),
     )
     .unwrap();
 }
@@ -1183,4 +1188,65 @@ fn shrinks_down_one_line_of_the_tree_fail_no_job_below_them() {
         scenario_with_shrinks(33, 2, latency.clone(), jobs.clone(), shrinks.clone(), false)
             .unwrap_or_else(|e| panic!("shrinks {shrinks:?}: {e}"));
     }
+}
+
+/// Found by the barrier property with controller restarts (random seeds).
+#[test]
+fn a_job_submitted_while_a_subtree_is_frozen_ends_under_a_restarted_controller() {
+    scenario_with_freezes(
+        20,
+        2,
+        vec![0; 32],
+        vec![0; 16],
+        None,
+        vec![],
+        vec![],
+        vec![(6573, None, 0)],
+        vec![],
+        vec![(6001, 1, 3999), (3000, 2, 500)],
+        vec![],
+        MoreChaos {
+            barrier_jobs: true,
+            controller_crashes: vec![(8009, false, 2012)],
+        },
+    )
+    .unwrap();
+}
+
+/// Found by the barrier property with controller restarts.
+#[test]
+fn barrier_jobs_end_through_freezes_and_a_controller_restart() {
+    scenario_with_freezes(
+        20,
+        2,
+        vec![
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2837, 1766, 910, 1949, 2133, 2939,
+            485, 472, 2735, 2131, 2730, 2845, 1082, 2251, 169,
+        ],
+        vec![1, 4, 1, 1, 1, 7, 4, 5, 0, 2, 7, 0, 6, 1, 0, 3],
+        None,
+        vec![],
+        vec![],
+        vec![
+            (8609, Some(24), 1503),
+            (23570, None, 1283),
+            (7106, Some(43), 399),
+            (23325, Some(69), 865),
+            (17787, Some(28), 179),
+            (24548, None, 1107),
+            (15568, Some(64), 511),
+            (8243, Some(35), 1041),
+            (14769, Some(43), 2449),
+            (13781, None, 190),
+            (10957, Some(7), 2477),
+        ],
+        vec![14, 0, 15, 0, 18],
+        vec![(8217, 5, 4465), (6575, 19, 2261), (17871, 4, 5327)],
+        vec![],
+        MoreChaos {
+            barrier_jobs: true,
+            controller_crashes: vec![(9287, false, 2012)],
+        },
+    )
+    .unwrap();
 }
