@@ -30,6 +30,9 @@ const STALE_USERID: u32 = 0;
 /// Output bytes a daemon holds while its new parent has not yet answered its hello; more is
 /// dropped (and counted in the log).
 const HELD_OUTPUT: usize = 1 << 20;
+/// At most this many fatal exceptions of jobs not held here wait for a new parent (they are
+/// kept beyond [`HELD_OUTPUT`], one per job).
+const HELD_FATAL: usize = 1024;
 
 /// What the controller's job manager hears (RFC 32 `start` responses).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -835,6 +838,15 @@ impl JobExec {
                 self.stale_data.remove(&id);
             }
             ExecDown::BarrierDone { idset, id, seq } => {
+                // The barrier ended for every rank of the job: those gathered here in it are
+                // released too, whoever the end was sent again for (see `ExecUp::Barrier`).
+                let gathered = self
+                    .jobs
+                    .get(&id)
+                    .and_then(|j| j.barrier.as_ref())
+                    .filter(|(s, _)| *s == seq)
+                    .map(|(_, entered)| entered.clone());
+                let idset = gathered.map_or(idset.clone(), |g| idset.union(&g));
                 let m = ExecDown::BarrierDone {
                     idset: idset.clone(),
                     id,
@@ -852,7 +864,7 @@ impl JobExec {
                     return;
                 };
                 j.sent_barrier = IdSet::new();
-                if idset.contains(me) && entered.contains(me) {
+                if entered.contains(me) {
                     j.passed += 1;
                     let seq = j.shell_seq;
                     self.emit(Output::Shell(ShellCommand::BarrierDone { id, seq }));
@@ -1267,20 +1279,37 @@ impl JobExec {
                 let Some(j) = self.jobs.get_mut(&id) else {
                     return;
                 };
-                // Barrier keys grow: a report of one whose end already passed here comes
+                // Barrier keys grow: a report of one whose end already passed here, or older
+                // than one being gathered here (some rank left it to enter the next), comes
                 // from below a link that end was lost on (broken as it passed): the end goes
-                // down again.
-                if seq <= j.barrier_done {
-                    if !ranks.is_empty() {
+                // down again. A gathered one older than the report ended too. A number from a
+                // daemon older than the keys (no count) is never taken for stale.
+                let count = |key: u64| key >> 32;
+                let gathering = j.barrier.as_ref().map(|(s, _)| *s);
+                if count(seq) > 0 {
+                    let stale =
+                        seq <= j.barrier_done || gathering.is_some_and(|g| count(g) > count(seq));
+                    if stale {
+                        if !ranks.is_empty() {
+                            self.on_down(ExecDown::BarrierDone {
+                                idset: ranks,
+                                id,
+                                seq,
+                            });
+                        }
+                        return;
+                    }
+                    if let Some(g) = gathering.filter(|&g| count(g) > 0 && count(g) < count(seq)) {
                         self.on_down(ExecDown::BarrierDone {
-                            idset: ranks,
+                            idset: IdSet::new(),
                             id,
-                            seq,
+                            seq: g,
                         });
                     }
-                    return;
                 }
-                j.enter(seq, &ranks);
+                if let Some(j) = self.jobs.get_mut(&id) {
+                    j.enter(seq, &ranks);
+                }
                 self.progress(id);
             }
             ExecUp::Finish { id, ranks, status } => {
@@ -1425,12 +1454,16 @@ impl JobExec {
             }
             // No parent to take it (the link up is gone, or the new one has not answered):
             // it waits with the output; a fatal one of a job not held here always, once.
-            let fatal_held = severity == 0
-                && self
-                    .held
+            let fatal_held = |h: &ExecUp| matches!(h, ExecUp::Exception { severity: 0, .. });
+            let (mine, fatal) =
+                self.held
                     .iter()
-                    .any(|h| matches!(h, ExecUp::Exception { id: i, severity: 0, .. } if *i == id));
-            if fatal_held {
+                    .filter(|h| fatal_held(h))
+                    .fold((false, 0), |(mine, n), h| {
+                        let m = matches!(h, ExecUp::Exception { id: i, .. } if *i == id);
+                        (mine || m, n + 1)
+                    });
+            if severity == 0 && (mine || fatal >= HELD_FATAL) {
                 return;
             }
             if severity == 0 || self.held_bytes + len <= HELD_OUTPUT {
@@ -1464,18 +1497,26 @@ impl JobExec {
         if !self.controller {
             return;
         }
-        let Some(ranks) = self.jobs.get(&id).map(|j| j.ranks.clone()) else {
+        let Some(j) = self.jobs.get(&id) else {
             self.emit(Output::Log(format!(
                 "exception for unknown job {id} ignored"
             )));
             return;
         };
+        // Another fatal one (or the same again: each daemon sends its own again to every
+        // new parent) is told to the job manager only: the first already went down, and
+        // goes with every hello answer.
+        let again = severity == 0 && j.fatal.is_some();
+        let ranks = j.ranks.clone();
         self.emit(Output::Event(JobEvent::Exception {
             id,
             severity,
             kind: kind.clone(),
             note: note.clone(),
         }));
+        if again {
+            return;
+        }
         self.on_down(ExecDown::Exception {
             idset: ranks,
             id,
@@ -2394,6 +2435,45 @@ mod tests {
             s.barrier_done.iter().all(|b| b.2 == 1),
             "{:?}",
             s.barrier_done
+        );
+    }
+
+    /// A child reporting the next barrier proves the one gathered here ended everywhere (its
+    /// end was lost on the way here): the local processes leave it, and the next one is
+    /// gathered. An older barrier reported while a newer one is gathered is answered with
+    /// its end, even by a daemon that never saw that end.
+    #[test]
+    fn a_report_of_the_next_barrier_ends_the_one_a_daemon_still_gathers() {
+        let started = || {
+            let mut s = Sim::new(7, 2);
+            let ranks = IdSet::range(1, 6);
+            s.submit(3, ranks.clone());
+            s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+            s
+        };
+        let kids = Sim::new(7, 2).tree.children(1);
+        let report = |child: Rank, seq| Input::Up {
+            link: child.into(),
+            req: ExecUp::Barrier {
+                id: 3,
+                ranks: IdSet::range(child, child),
+                seq,
+            },
+        };
+        let mut s = started();
+        s.deliver(1, Input::ShellBarrier { id: 3, seq: 1 });
+        s.deliver(1, report(kids[0], barrier_key(2, 1)));
+        assert_eq!(s.barrier_done, [(1, 3, 1)], "rank 1 left barrier 1");
+
+        let mut s = started();
+        s.deliver(1, report(kids[0], barrier_key(2, 1)));
+        s.queue.clear();
+        s.deliver(1, report(kids[1], barrier_key(1, 1)));
+        assert!(
+            s.queue.iter().any(|(r, i)| *r == kids[1]
+                && matches!(i, Input::Down(ExecDown::BarrierDone { seq, .. }) if *seq == barrier_key(1, 1))),
+            "{:?}",
+            s.queue
         );
     }
 

@@ -116,6 +116,7 @@ crate::tag_first! {
             id: JobId,
             ranks: IdSet,
         },
+        /// `seq`: job-exec's key for the barrier, as in `ExecDown::BarrierDone`.
         Barrier {
             id: JobId,
             ranks: IdSet,
