@@ -1250,23 +1250,12 @@ impl JobExec {
                     // A shell that started after its job's fatal exception went down was not
                     // there to be killed (its add came late, or by another way than the
                     // exception): the exception goes to it again.
-                    if let (
-                        true,
-                        Some(ExecDown::Exception {
-                            id,
-                            severity,
-                            kind,
-                            note,
-                            ..
-                        }),
-                    ) = (self.controller && !late.is_empty(), j.fatal.clone())
-                    {
-                        again = Some(ExecDown::Exception {
-                            idset: late,
-                            id,
-                            severity,
-                            kind,
-                            note,
+                    if self.controller && !late.is_empty() {
+                        again = j.fatal.clone().map(|mut m| {
+                            if let ExecDown::Exception { idset, .. } = &mut m {
+                                *idset = late;
+                            }
+                            m
                         });
                     }
                 }
@@ -2248,10 +2237,7 @@ mod tests {
     /// answer, as output does.
     #[test]
     fn an_exception_raised_while_the_link_up_is_gone_goes_up_once_the_new_parent_answers() {
-        let mut s = Sim::new(7, 2);
-        let ranks = IdSet::range(1, 6);
-        s.submit(8, ranks.clone());
-        s.each(&ranks, |_| Input::ShellStarted { id: 8 });
+        let (mut s, _) = job_8_running();
         s.deliver(3, uplink(None));
         s.deliver(
             3,
@@ -2339,10 +2325,7 @@ mod tests {
     /// goes down with the hello answers, so rank 6's shell is killed and the job can end.
     #[test]
     fn a_fatal_exception_kept_across_a_controller_restart_reaches_a_shell_it_missed() {
-        let mut s = Sim::new(7, 2);
-        let ranks = IdSet::range(1, 6);
-        s.submit(8, ranks.clone());
-        s.each(&ranks, |_| Input::ShellStarted { id: 8 });
+        let (mut s, ranks) = job_8_running();
         let raise = || Input::Raise {
             id: 8,
             severity: 0,
@@ -2358,6 +2341,15 @@ mod tests {
         assert!(!s.killed.iter().any(|k| k.0 == 6), "{:?}", s.killed);
         s.restart_controller_raising(vec![(8, 1000, ranks.clone(), spec())], vec![raise()]);
         assert!(s.killed.contains(&(6, 8, 9)), "{:?}", s.killed);
+    }
+
+    /// Job 8 running on ranks 1-6 of 7 (radix 2), every shell started.
+    fn job_8_running() -> (Sim, IdSet) {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(8, ranks.clone());
+        s.each(&ranks, |_| Input::ShellStarted { id: 8 });
+        (s, ranks)
     }
 
     /// Job 3 running on ranks 1-6 of 7 (radix 2), each of whose shells is about to enter
