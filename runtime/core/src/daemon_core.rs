@@ -20,7 +20,7 @@ use dvmlab_proto::event::{
     EVENT_JOB_END, EVENT_NODE_DOWN, EVENT_PROC_TERMINATED, JOB_TERM_STATUS,
 };
 use dvmlab_proto::idset::IdSet;
-use dvmlab_proto::wire::{DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup};
+use dvmlab_proto::wire::{DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup, VERSION};
 
 /// The current time: monotonic for timers and liveness, wall-clock for what is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -619,17 +619,29 @@ impl DaemonCore {
 
     fn exec_output(&mut self, now: Now, o: exec::Output, work: &mut VecDeque<Work>) {
         let out = match o {
-            exec::Output::SendDown { link, msg } => Output::Net(Io::Send {
-                link,
-                frame: Frame::Daemon(DaemonMsg::ExecDown { msg }),
-            }),
+            // Each in the protocol version of its link: job-exec speaks the newest.
+            // A link gone from the overlay takes nothing: the newest version will do.
+            exec::Output::SendDown { link, msg } => {
+                let version = self.node.link_version(link).unwrap_or(VERSION);
+                Output::Net(Io::Send {
+                    link,
+                    frame: Frame::Daemon(DaemonMsg::ExecDown {
+                        msg: msg.for_version(version),
+                    }),
+                })
+            }
             // Without an upward link the message is dropped: job-exec sends again what
             // matters after its next hello.
             exec::Output::SendUp(req) => match self.up {
-                Some(link) => Output::Net(Io::Send {
-                    link,
-                    frame: Frame::Daemon(DaemonMsg::ExecUp { req }),
-                }),
+                Some(link) => {
+                    let version = self.node.link_version(link).unwrap_or(VERSION);
+                    Output::Net(Io::Send {
+                        link,
+                        frame: Frame::Daemon(DaemonMsg::ExecUp {
+                            req: req.for_version(version),
+                        }),
+                    })
+                }
                 None => return,
             },
             exec::Output::Shell(c) => {

@@ -16,6 +16,7 @@ use crate::tree::{RadixTree, Rank};
 use dvmlab_proto::idset::IdSet;
 use dvmlab_proto::wire::Stream;
 
+use dvmlab_proto::exec::{barrier_count, barrier_key, barrier_number};
 pub use dvmlab_proto::exec::{
     Counters, ExecDown, ExecUp, JobId, JobSpec, JobTuple, Jobs, UpdateType, ANSWER_MARKED,
 };
@@ -252,15 +253,6 @@ struct Job {
     start_due: bool,
     /// An [`Output::HoldStart`] for this job is outstanding.
     hold_timer: bool,
-}
-
-/// How job-exec names a job's barrier on the wire: the local processes' `count`-th barrier
-/// (every process of a job goes through the same barriers in turn, so each rank counts the
-/// same), above the low 32 bits of the number they wrote. Keys grow, whatever numbers a job
-/// uses (barrier 1 again and again, or 0): a report of a key whose end already passed a
-/// daemon is surely stale, and a process never mistakes an earlier end for its own.
-fn barrier_key(count: u64, seq: u64) -> u64 {
-    (count.min(u64::from(u32::MAX)) << 32) | (seq & u64::from(u32::MAX))
 }
 
 /// See the module documentation.
@@ -838,6 +830,7 @@ impl JobExec {
                 self.stale_data.remove(&id);
             }
             ExecDown::BarrierDone { idset, id, seq } => {
+                let seq = self.jobs.get(&id).map_or(seq, |j| j.key_of(seq));
                 // The barrier ended for every rank of the job: those gathered here in it are
                 // released too, whoever the end was sent again for (see `ExecUp::Barrier`).
                 let gathered = self
@@ -1272,29 +1265,28 @@ impl JobExec {
                 // than one being gathered here (some rank left it to enter the next), comes
                 // from below a link that end was lost on (broken as it passed): the end goes
                 // down again. A gathered one older than the report ended too. A number from a
-                // daemon older than the keys (no count) is never taken for stale.
-                let count = |key: u64| key >> 32;
+                // daemon older than the keys is first given its key (`Job::key_of`).
+                let seq = j.key_of(seq);
+                let count = barrier_count;
                 let gathering = j.barrier.as_ref().map(|(s, _)| *s);
-                if count(seq) > 0 {
-                    let stale =
-                        seq <= j.barrier_done || gathering.is_some_and(|g| count(g) > count(seq));
-                    if stale {
-                        if !ranks.is_empty() {
-                            self.on_down(ExecDown::BarrierDone {
-                                idset: ranks,
-                                id,
-                                seq,
-                            });
-                        }
-                        return;
-                    }
-                    if let Some(g) = gathering.filter(|&g| count(g) > 0 && count(g) < count(seq)) {
+                let stale =
+                    seq <= j.barrier_done || gathering.is_some_and(|g| count(g) > count(seq));
+                if stale {
+                    if !ranks.is_empty() {
                         self.on_down(ExecDown::BarrierDone {
-                            idset: IdSet::new(),
+                            idset: ranks,
                             id,
-                            seq: g,
+                            seq,
                         });
                     }
+                    return;
+                }
+                if let Some(g) = gathering.filter(|&g| count(g) < count(seq)) {
+                    self.on_down(ExecDown::BarrierDone {
+                        idset: IdSet::new(),
+                        id,
+                        seq: g,
+                    });
                 }
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.enter(seq, &ranks);
@@ -1673,6 +1665,20 @@ impl Job {
         }
     }
 
+    /// Barrier `seq` as this daemon names it. A key is itself. A number from a daemon older
+    /// than the keys (count 0; [`dvmlab_proto::exec::BARRIER_KEYS`]) is the barrier gathered here if that has
+    /// the number, or else the one after the last whose end passed here: every end reaches
+    /// every daemon with ranks of the job below it, so that count is the job's.
+    fn key_of(&self, seq: u64) -> u64 {
+        if barrier_count(seq) > 0 {
+            return seq;
+        }
+        match &self.barrier {
+            Some((g, _)) if barrier_number(*g) == seq => *g,
+            _ => barrier_key(barrier_count(self.barrier_done) + 1, seq),
+        }
+    }
+
     /// `ranks` entered barrier `seq`: one the barrier being gathered joins, any other
     /// starts over (every process of a job goes through the same barriers in turn).
     fn enter(&mut self, seq: u64, ranks: &IdSet) {
@@ -1690,6 +1696,7 @@ impl Job {
 mod tests {
     use super::*;
     use crate::tree::RadixTree;
+    use dvmlab_proto::exec::BARRIER_KEYS;
     use dvmlab_proto::placement::{MapBy, Placement};
     use std::collections::VecDeque;
 
@@ -2428,6 +2435,42 @@ mod tests {
             "{:?}",
             s.barrier_done
         );
+    }
+
+    /// A link to a daemon older than the barrier keys (protocol version 5) carries the
+    /// numbers as the processes wrote them, both ways: the new side gives them their keys
+    /// again, so a barrier gathered across that link completes, and so does the next one of
+    /// the same number; each rank leaves each once.
+    #[test]
+    fn barriers_complete_across_a_link_to_a_daemon_older_than_the_keys() {
+        let (mut s, ranks) = job_3_entering_barrier_1();
+        let old = BARRIER_KEYS - 1;
+        let across = |s: &mut Sim| {
+            while let Some((r, input)) = s.queue.pop_front() {
+                let input = match input {
+                    Input::Up { link: 3, req } if r == 1 => Input::Up {
+                        link: 3,
+                        req: req.for_version(old),
+                    },
+                    Input::Down(msg) if r == 3 => Input::Down(msg.for_version(old)),
+                    other => other,
+                };
+                s.deliver(r, input);
+            }
+        };
+        let left = |s: &Sim, r: Rank| s.barrier_done.iter().filter(|b| b.0 == r).count();
+        across(&mut s);
+        for r in ranks.iter() {
+            assert_eq!(left(&s, r), 1, "rank {r}: {:?}", s.barrier_done);
+        }
+        for r in ranks.iter() {
+            s.push(r, Input::ShellBarrier { id: 3, seq: 1 });
+        }
+        across(&mut s);
+        for r in ranks.iter() {
+            assert_eq!(left(&s, r), 2, "rank {r}: {:?}", s.barrier_done);
+        }
+        assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
     }
 
     /// A child reporting the next barrier proves the one gathered here ended everywhere (its

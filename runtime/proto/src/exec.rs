@@ -12,6 +12,32 @@ use crate::wire::{base64_bytes, Stream};
 /// state-update it gets for the answer.
 pub const ANSWER_MARKED: u32 = 5;
 
+/// The first protocol version whose barriers are named by keys ([`barrier_key`]) in
+/// `ExecUp::Barrier` and `ExecDown::BarrierDone`. An older daemon sends and expects the
+/// number its processes wrote: what goes to it carries only that number
+/// ([`ExecUp::for_version`], [`ExecDown::for_version`]), and what comes from it has no count.
+pub const BARRIER_KEYS: u32 = 6;
+
+/// How job-exec names a job's barrier on the wire: the job's `count`-th barrier (every
+/// process of a job goes through the same barriers in turn, so each rank counts the same;
+/// the first is 1), above the low 32 bits of the number the processes wrote. Keys grow,
+/// whatever numbers a job uses (barrier 1 again and again, or 0): a report of a key whose
+/// end already passed a daemon is surely stale, and a process never mistakes an earlier end
+/// for its own. A key of count 0 is a number as a daemon older than [`BARRIER_KEYS`] wrote it.
+pub fn barrier_key(count: u64, number: u64) -> u64 {
+    (count.min(u64::from(u32::MAX)) << 32) | barrier_number(number)
+}
+
+/// The count of a barrier key (0: a number from a daemon older than [`BARRIER_KEYS`]).
+pub fn barrier_count(key: u64) -> u64 {
+    key >> 32
+}
+
+/// The number the processes wrote, of a barrier key.
+pub fn barrier_number(key: u64) -> u64 {
+    key & u64::from(u32::MAX)
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -155,6 +181,36 @@ crate::tag_first! {
     }
 }
 
+impl ExecDown {
+    /// This message as a daemon that speaks protocol `version` reads it.
+    pub fn for_version(self, version: u32) -> ExecDown {
+        match self {
+            ExecDown::BarrierDone { idset, id, seq } if version < BARRIER_KEYS => {
+                ExecDown::BarrierDone {
+                    idset,
+                    id,
+                    seq: barrier_number(seq),
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+impl ExecUp {
+    /// This request as a daemon that speaks protocol `version` reads it.
+    pub fn for_version(self, version: u32) -> ExecUp {
+        match self {
+            ExecUp::Barrier { id, ranks, seq } if version < BARRIER_KEYS => ExecUp::Barrier {
+                id,
+                ranks,
+                seq: barrier_number(seq),
+            },
+            other => other,
+        }
+    }
+}
+
 /// Upward messages counted on this daemon, by kind (the reductions are proven with them).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
@@ -184,6 +240,39 @@ mod tests {
             r#"{"type":"state-update","idset":"0-3","data":{"jobs":[[42,1000,"check","1-2"]]}}"#
         );
         assert_eq!(serde_json::from_str::<ExecDown>(&j).unwrap(), m);
+    }
+
+    /// A daemon older than the barrier keys gets the number its processes wrote, and only
+    /// such a daemon: the key's count is what newer ones tell barriers apart by.
+    #[test]
+    fn a_daemon_older_than_the_barrier_keys_gets_the_number_as_written() {
+        let key = barrier_key(3, 7);
+        assert_eq!((barrier_count(key), barrier_number(key)), (3, 7));
+        let down = ExecDown::BarrierDone {
+            idset: IdSet::range(1, 2),
+            id: 9,
+            seq: key,
+        };
+        let up = ExecUp::Barrier {
+            id: 9,
+            ranks: IdSet::range(1, 2),
+            seq: key,
+        };
+        assert!(matches!(
+            down.clone().for_version(BARRIER_KEYS - 1),
+            ExecDown::BarrierDone { seq: 7, .. }
+        ));
+        assert!(matches!(
+            up.clone().for_version(BARRIER_KEYS - 1),
+            ExecUp::Barrier { seq: 7, .. }
+        ));
+        assert_eq!(down.clone().for_version(BARRIER_KEYS), down);
+        assert_eq!(up.clone().for_version(BARRIER_KEYS), up);
+        let other = ExecUp::Start {
+            id: 9,
+            ranks: IdSet::range(1, 2),
+        };
+        assert_eq!(other.clone().for_version(1), other);
     }
 
     /// A daemon of version 4 has no `answer` field: it must read the marked answer as the

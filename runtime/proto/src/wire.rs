@@ -29,7 +29,8 @@ pub const MIN_VERSION: u32 = 1;
 /// Version 4: a stop confirmation is acknowledged (`StopAcked`); a stopping daemon that
 /// loses its parent before that confirms to the controller directly.
 /// Version 5: the state-update answering a job-exec hello is marked (`answer`).
-pub const VERSION: u32 = 5;
+/// Version 6: job-exec names barriers by keys (`exec::BARRIER_KEYS`).
+pub const VERSION: u32 = 6;
 /// Capability bits this build has (none are defined yet; a peer ignores bits it does not
 /// know, and each side uses a capability only when both have it).
 pub const CAPS: u64 = 0;

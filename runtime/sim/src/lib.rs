@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::time::Duration;
 
 use dvmlab_core::daemon_core::{DaemonCore, Input as CoreInput, Now, Output, Timer};
-use dvmlab_core::exec::{Input as ShellInput, JobId, ShellCommand};
+use dvmlab_core::exec::{ExecDown, ExecUp, Input as ShellInput, JobId, ShellCommand};
 use dvmlab_core::identity::{Identity, Role};
 use dvmlab_core::jobs::Saved;
 use dvmlab_core::overlay::{Input, Io, LinkId, NodeConfig, Note};
@@ -22,6 +22,7 @@ use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::{RadixTree, Rank};
 use dvmlab_core::uplink::Policy;
 use dvmlab_proto::contract::MemberState;
+use dvmlab_proto::exec::{barrier_count, BARRIER_KEYS};
 use dvmlab_proto::placement::MapBy;
 use dvmlab_proto::wire::{Body, DaemonMsg, Frame, Peer, Submit, ToolReply, ToolRequest};
 use proptest::prelude::*;
@@ -164,6 +165,10 @@ pub struct Sim {
     /// jobs). Without it, shells run their time and exit on their own, and a shell the
     /// exception never reached goes unnoticed.
     pub barrier_jobs: bool,
+    /// Per rank: the newest protocol version its daemon speaks. A link speaks the lower of
+    /// its two ends' (the real hello's outcome), and what is sent on it must be what a
+    /// daemon of that version reads (checked at every send).
+    pub versions: Vec<u32>,
     /// What the controller last wrote out of its live jobs: a controller booting again
     /// recovers them.
     pub saved_jobs: Saved,
@@ -243,6 +248,7 @@ impl Sim {
             placed: BTreeMap::new(),
             running: BTreeMap::new(),
             barrier_jobs: false,
+            versions: vec![dvmlab_proto::wire::VERSION; n as usize],
             saved_jobs: Saved::default(),
             violation: None,
             largest_frame: None,
@@ -466,6 +472,9 @@ impl Sim {
                         dvmlab_proto::wire::encode_frame(&frame).map_or(usize::MAX, |b| b.len());
                     *largest = (*largest).max(len);
                 }
+                if let Some(&(_, peer, _)) = self.links.get(&link) {
+                    self.check_version(r, peer, &frame);
+                }
                 let Some(&(_, peer, peer_link)) = self.links.get(&link) else {
                     if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
                         eprintln!(
@@ -510,7 +519,7 @@ impl Sim {
                         let up = Input::UplinkUp {
                             link: peer_link,
                             rank: r,
-                            version: dvmlab_proto::wire::VERSION,
+                            version: self.link_version(r, peer),
                         };
                         self.deliver_on(peer_link, peer, up)
                     }
@@ -807,16 +816,42 @@ impl Sim {
         self.links.insert(a, (from, to, b));
         self.links.insert(b, (to, from, a));
         let host = format!("h{from}");
+        let version = self.link_version(from, to);
         self.deliver_on(
             b,
             to,
             Input::Hello {
                 link: b,
                 peer: Peer::Daemon { rank: from, host },
-                version: dvmlab_proto::wire::VERSION,
+                version,
             },
         );
         a
+    }
+
+    /// The protocol version a link between daemons `a` and `b` speaks.
+    fn link_version(&self, a: Rank, b: Rank) -> u32 {
+        self.versions[a as usize].min(self.versions[b as usize])
+    }
+
+    /// A frame `from` sends to `to` must be one a daemon of their link's version reads: a
+    /// barrier's key only where both know keys.
+    fn check_version(&mut self, from: Rank, to: Rank, frame: &Frame) {
+        let version = self.link_version(from, to);
+        let seq = match frame {
+            Frame::Daemon(DaemonMsg::ExecUp {
+                req: ExecUp::Barrier { seq, .. },
+            })
+            | Frame::Daemon(DaemonMsg::ExecDown {
+                msg: ExecDown::BarrierDone { seq, .. },
+            }) => *seq,
+            _ => return,
+        };
+        if version < BARRIER_KEYS && barrier_count(seq) > 0 {
+            self.violated(format!(
+                "r{from} sent r{to} barrier key {seq:#x} on a link of protocol version {version}, which knows no keys"
+            ));
+        }
     }
 
     /// `from`'s connect up to `to` at `t`, superseding any still waiting.
@@ -1066,6 +1101,9 @@ pub struct MoreChaos {
     /// The controller crashes (time, with FIN, down for) and boots again from the live jobs
     /// it wrote out last, as prted does from its jobs file.
     pub controller_crashes: Vec<(u64, bool, u64)>,
+    /// Rank seeds (each taken modulo the size) whose daemons speak the protocol version
+    /// before the barrier keys, as daemons not yet upgraded do.
+    pub older: Vec<u32>,
 }
 
 /// One simulated run; see the properties in `tests/simulation.rs`. Job `i` is submitted by
@@ -1073,7 +1111,8 @@ pub struct MoreChaos {
 /// controller past the end of `relays`; it runs only on rank `pinned[i] % n` where that
 /// says so. Each of `freezes` (time, rank seed, length) stops a daemon without killing it,
 /// as SIGSTOP or a paused VM does: long enough, and its parent drops it as silent while its
-/// jobs still run there. `more` adds barrier jobs and controller restarts.
+/// jobs still run there. `more` adds barrier jobs, controller restarts and daemons of an
+/// older protocol version.
 #[allow(clippy::too_many_arguments)]
 pub fn scenario_with_freezes(
     n: u32,
@@ -1092,6 +1131,9 @@ pub fn scenario_with_freezes(
     let heal = Some(1000 * MS);
     let mut sim = Sim::new(n, radix, heal, latency);
     sim.barrier_jobs = more.barrier_jobs;
+    for seed in more.older {
+        sim.versions[(seed % n) as usize] = BARRIER_KEYS - 1;
+    }
     for (t, fin, down) in more.controller_crashes {
         sim.at(t, Ev::Crash { rank: 0, fin });
         sim.at(t + down, Ev::Boot(0));

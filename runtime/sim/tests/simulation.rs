@@ -90,7 +90,7 @@ proptest! {
     /// that lost a rank to a freeze or a crash ends only when its fatal exception reaches
     /// every shell, the late ones included (a rank that got the job's add after the
     /// exception passed by), and a barrier the controller died gathering completes under
-    /// the next one.
+    /// the next one. Some daemons may speak the protocol version before the barrier keys.
     #[test]
     fn barrier_jobs_that_lose_a_rank_end_on_every_daemon(
         n in 4u32..32,
@@ -105,8 +105,9 @@ proptest! {
         relays in proptest::collection::vec(prop_oneof![3 => Just(0u32), 2 => 1u32..32], 0..12),
         freezes in proptest::collection::vec((3000u64..22_000, 1u32..32, 500u64..7000), 1..4),
         controller_crashes in proptest::collection::vec((3000u64..20_000, any::<bool>(), 100u64..3000), 0..2),
+        older in proptest::collection::vec(0u32..32, 0..3),
     ) {
-        let more = MoreChaos { barrier_jobs: true, controller_crashes };
+        let more = MoreChaos { barrier_jobs: true, controller_crashes, older };
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, vec![],
             more,
@@ -1208,6 +1209,7 @@ fn a_job_submitted_while_a_subtree_is_frozen_ends_under_a_restarted_controller()
         MoreChaos {
             barrier_jobs: true,
             controller_crashes: vec![(8009, false, 2012)],
+            older: vec![],
         },
     )
     .unwrap();
@@ -1246,7 +1248,38 @@ fn barrier_jobs_end_through_freezes_and_a_controller_restart() {
         MoreChaos {
             barrier_jobs: true,
             controller_crashes: vec![(9287, false, 2012)],
+            older: vec![],
         },
     )
     .unwrap();
+}
+
+/// Daemons not yet upgraded (the protocol version before the barrier keys: the controller,
+/// an interior rank and a leaf) send and expect barrier numbers as their processes wrote
+/// them; barrier jobs over them and upgraded daemons alike end, a barrier's key never goes
+/// down a link that knows none, and nothing else fails.
+#[test]
+fn barrier_jobs_end_where_daemons_older_than_the_barrier_keys_take_part() {
+    let jobs: Vec<(u64, Option<u32>, u64)> = (0..6).map(|i| (3000 + 900 * i, None, 400)).collect();
+    for older in [vec![1, 9], vec![0], vec![4, 6, 11]] {
+        scenario_with_freezes(
+            12,
+            2,
+            vec![0; 32],
+            vec![0; 16],
+            None,
+            vec![],
+            vec![],
+            jobs.clone(),
+            vec![],
+            vec![],
+            vec![],
+            MoreChaos {
+                barrier_jobs: true,
+                controller_crashes: vec![],
+                older,
+            },
+        )
+        .unwrap();
+    }
 }

@@ -516,6 +516,14 @@ impl Node {
         self.up.map(|(l, _)| l)
     }
 
+    /// The protocol version spoken on `link`, if it is the link to the parent or to a child.
+    pub fn link_version(&self, link: LinkId) -> Option<u32> {
+        if self.up.is_some_and(|(l, _)| l == link) {
+            return Some(self.up_version);
+        }
+        self.children.get(&link).map(|c| c.version)
+    }
+
     /// Tells the job-exec module about new child links, subtrees or a new upward link.
     fn exec_topology(&mut self) {
         // Asked after every input (a controller's every frame): compared in place, and only
