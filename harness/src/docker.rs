@@ -569,34 +569,63 @@ fn link_etc(pid: u32, etc_dir: &Path) -> io::Result<()> {
 
 /// Removes `containers` (killing what runs there), then `networks`; returns the networks the
 /// engine would not let go of.
+///
+/// Docker 20.10 keeps a count of each network's endpoints, and endpoints deleted at the same
+/// time (containers removed in parallel) can leave it too high: the network then stays "in
+/// use" by nobody until the engine restarts. So each container leaves its networks one
+/// endpoint at a time before the containers are removed in parallel, and an endpoint a
+/// network still lists is taken off it before the network is removed.
 async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>) -> Vec<String> {
-    let mut s = futures::stream::iter(containers.into_iter().map(|c| {
+    let mut gone = Vec::new();
+    for c in containers {
+        let info = docker.inspect_container(&c, None).await.ok();
+        // Processes entered into the container without being its own (a daemon an
+        // elastic DVM launched through the agent) are not killed with it.
+        let pid = info
+            .as_ref()
+            .and_then(|i| i.state.as_ref()?.pid)
+            .filter(|p| *p > 0);
+        if let Some(pid) = pid {
+            crate::gc::kill_in_netns(Path::new(&format!("/proc/{pid}/ns/net")));
+        }
+        let nets = info
+            .and_then(|i| i.network_settings?.networks)
+            .map(|n| n.into_keys().collect::<Vec<_>>())
+            .unwrap_or_default();
+        for net in nets {
+            disconnect(docker, &net, &c).await;
+        }
+        gone.push(c);
+    }
+    let mut s = futures::stream::iter(gone.into_iter().map(|c| {
         let docker = docker.clone();
         async move {
-            // Processes entered into the container without being its own (a daemon an
-            // elastic DVM launched through the agent) are not killed with it.
-            let pid = docker
-                .inspect_container(&c, None)
-                .await
-                .ok()
-                .and_then(|i| i.state?.pid)
-                .filter(|p| *p > 0);
-            if let Some(pid) = pid {
-                crate::gc::kill_in_netns(Path::new(&format!("/proc/{pid}/ns/net")));
-            }
             let opts = RemoveContainerOptionsBuilder::default().force(true).build();
-            let _ = docker.remove_container(&c, Some(opts)).await;
+            match docker.remove_container(&c, Some(opts)).await {
+                Ok(()) => {}
+                Err(e) if not_found(&e) => {}
+                Err(e) => eprintln!("dvmlab-harness: removing container {c}: {e}"),
+            }
         }
     }))
     .buffer_unordered(8);
     while s.next().await.is_some() {}
     let mut held = Vec::new();
     for n in networks {
+        if let Ok(info) = docker.inspect_network(&n, None).await {
+            for (id, ep) in info.containers.unwrap_or_default() {
+                disconnect(docker, &n, &ep.name.unwrap_or(id)).await;
+            }
+        }
         // The engine may still be releasing the removed containers' endpoints.
         let mut last = None;
         for _ in 0..50 {
             match docker.remove_network(&n).await {
                 Ok(()) => {
+                    last = None;
+                    break;
+                }
+                Err(e) if not_found(&e) => {
                     last = None;
                     break;
                 }
@@ -606,12 +635,32 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
         }
         if let Some(e) = last {
             eprintln!(
-                "dvmlab-harness: LEAKED Docker network {n}: {e} (the engine kept an endpoint;                  `dvmlab-harness gc` or `docker network rm {n}` once it lets go)"
+                "dvmlab-harness: LEAKED Docker network {n}: {e} (`dvmlab-harness gc` removes it once the engine lets go of it; a restart of the engine makes it)"
             );
             held.push(n);
         }
     }
     held
+}
+
+/// Takes container (or endpoint) `c` off network `net`, forced; one that is not on it is left.
+async fn disconnect(docker: &Docker, net: &str, c: &str) {
+    let req = NetworkDisconnectRequest {
+        container: c.to_string(),
+        force: Some(true),
+    };
+    let _ = docker.disconnect_network(net, req).await;
+}
+
+/// Whether the engine answered that what was asked for does not exist.
+fn not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
 }
 
 /// Host `h`'s endpoint on the cluster's first (or second) network: fixed addresses, and its
