@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::overlay::LinkId;
 use crate::tree::{RadixTree, Rank};
 use dvmlab_proto::idset::IdSet;
+use dvmlab_proto::limits::MAX_EXCEPTION_TEXT;
 use dvmlab_proto::wire::Stream;
 
 use dvmlab_proto::exec::{barrier_count, barrier_key, barrier_number};
@@ -31,9 +32,23 @@ const STALE_USERID: u32 = 0;
 /// Output bytes a daemon holds while its new parent has not yet answered its hello; more is
 /// dropped (and counted in the log).
 const HELD_OUTPUT: usize = 1 << 20;
-/// At most this many fatal exceptions of jobs not held here wait for a new parent (they are
-/// kept beyond [`HELD_OUTPUT`], one per job).
+/// At most this many fatal exceptions of jobs not held here wait for a new parent (one per
+/// job, each cut to [`MAX_EXCEPTION_TEXT`], apart from [`HELD_OUTPUT`]).
 const HELD_FATAL: usize = 1024;
+
+/// An exception's type or note as job-exec keeps and passes it on: at most
+/// [`MAX_EXCEPTION_TEXT`] bytes, cut at a character with `…` after it.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_EXCEPTION_TEXT {
+        let mut end = MAX_EXCEPTION_TEXT - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
 
 /// What the controller's job manager hears (RFC 32 `start` responses).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -874,8 +889,8 @@ impl JobExec {
                     idset: idset.clone(),
                     id,
                     severity,
-                    kind,
-                    note,
+                    kind: cut(kind),
+                    note: cut(note),
                 };
                 self.fan_out_job(id, &idset, &m);
                 if severity == 0 {
@@ -1410,6 +1425,7 @@ impl JobExec {
     /// An exception goes up at once; the controller tells the job manager and, for a fatal
     /// one, every rank of the job.
     fn raise_up(&mut self, id: JobId, severity: u32, kind: String, note: String) {
+        let (kind, note) = (cut(kind), cut(note));
         if !self.controller {
             self.start_now(id);
             let len = kind.len() + note.len();
@@ -1447,7 +1463,11 @@ impl JobExec {
             if severity == 0 && (mine || fatal >= HELD_FATAL) {
                 return;
             }
-            if severity == 0 || self.held_bytes + len <= HELD_OUTPUT {
+            // Held fatal exceptions have a budget of their own (their count, each cut to
+            // size): they never take the output's room.
+            if severity == 0 {
+                self.held.push_back(req);
+            } else if self.held_bytes + len <= HELD_OUTPUT {
                 self.held_bytes += len;
                 self.held.push_back(req);
             } else {
@@ -2435,6 +2455,87 @@ mod tests {
             "{:?}",
             s.barrier_done
         );
+    }
+
+    /// Fatal exceptions held while a daemon has no parent (one per job, at most
+    /// `HELD_FATAL`, each cut to `MAX_EXCEPTION_TEXT` at a character) leave the held output
+    /// its whole room, and all of it goes up to the next parent.
+    #[test]
+    fn held_fatal_exceptions_are_cut_to_size_and_leave_the_held_output_its_room() {
+        let mut m = JobExec::new(3, false, RadixTree::new(2, 7));
+        for id in 0..HELD_FATAL as u64 + 10 {
+            m.handle(Input::LocalFailure {
+                id,
+                note: "é".repeat(MAX_EXCEPTION_TEXT),
+            });
+        }
+        m.handle(Input::ShellOutput {
+            id: 99_999,
+            proc: 0,
+            stream: Stream::Stdout,
+            data: vec![b'o'; HELD_OUTPUT],
+        });
+        m.handle(Input::Uplink {
+            link: Some(1),
+            version: dvmlab_proto::wire::VERSION,
+        });
+        let out = m.handle(Input::Down(ExecDown::StateUpdate {
+            idset: IdSet::range(3, 3),
+            data: Jobs { jobs: vec![] },
+            answer: true,
+        }));
+        let notes: Vec<&String> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::SendUp(ExecUp::Exception { note, .. }) => Some(note),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), HELD_FATAL);
+        assert!(notes
+            .iter()
+            .all(|n| n.len() <= MAX_EXCEPTION_TEXT && n.ends_with("éé…")));
+        let output: usize = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::SendUp(ExecUp::Output { data, .. }) => Some(data.len()),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(output, HELD_OUTPUT);
+    }
+
+    /// An exception from above is cut to size too before it is passed on or kept.
+    #[test]
+    fn an_exception_from_a_parent_is_passed_on_cut_to_size() {
+        let mut s = Sim::new(7, 2);
+        let ranks = IdSet::range(1, 6);
+        s.submit(3, ranks.clone());
+        s.queue.clear();
+        s.deliver(
+            1,
+            Input::Down(ExecDown::Exception {
+                idset: ranks,
+                id: 3,
+                severity: 0,
+                kind: "k".repeat(3 * MAX_EXCEPTION_TEXT),
+                note: "n".repeat(3 * MAX_EXCEPTION_TEXT),
+            }),
+        );
+        let passed: Vec<(usize, usize)> = s
+            .queue
+            .iter()
+            .filter_map(|(_, i)| match i {
+                Input::Down(ExecDown::Exception { kind, note, .. }) => {
+                    Some((kind.len(), note.len()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(passed.len(), 2, "to ranks 3 and 5: {:?}", s.queue);
+        assert!(passed
+            .iter()
+            .all(|&(k, n)| k <= MAX_EXCEPTION_TEXT && n <= MAX_EXCEPTION_TEXT));
     }
 
     /// A link to a daemon older than the barrier keys (protocol version 5) carries the

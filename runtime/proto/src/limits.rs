@@ -45,6 +45,11 @@ pub const MAX_LIVE_JOBS: usize = 4096;
 /// Finished jobs the controller remembers for `pctl jobs`.
 pub const JOB_HISTORY: usize = 1000;
 
+/// Longest type, and longest note, of a job exception job-exec takes in; longer ones are cut
+/// (with `…` at the end). What happened fits; a job's record and the fatal exceptions a
+/// daemon holds while it has no parent stay small.
+pub const MAX_EXCEPTION_TEXT: usize = 4 << 10;
+
 /// Longest piece of job output in one message; a longer line arrives in pieces.
 pub const MAX_OUTPUT_CHUNK: usize = 64 << 10;
 
