@@ -573,12 +573,22 @@ fn link_etc(pid: u32, etc_dir: &Path) -> io::Result<()> {
 /// Docker 20.10 keeps a count of each network's endpoints, and endpoints deleted at the same
 /// time (containers removed in parallel) can leave it too high: the network then stays "in
 /// use" by nobody until the engine restarts. So each container leaves its networks one
-/// endpoint at a time before the containers are removed in parallel, and an endpoint a
-/// network still lists is taken off it before the network is removed.
+/// endpoint at a time, before anything in it is killed (its init's death makes the engine
+/// delete its endpoints on its own, beside the next ones), and only then are the containers
+/// removed in parallel; an endpoint a network still lists is taken off it before the
+/// network is removed. Every call has [`CALL`] to answer, so a stuck engine holds the
+/// teardown for that long per call, not for bollard's two minutes.
 async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>) -> Vec<String> {
-    let mut gone = Vec::new();
-    for c in containers {
-        let info = docker.inspect_container(&c, None).await.ok();
+    for c in &containers {
+        let info = within(docker.inspect_container(c, None)).await;
+        let nets = info
+            .as_ref()
+            .and_then(|i| i.network_settings.as_ref()?.networks.as_ref())
+            .map(|n| n.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default();
+        for net in nets {
+            disconnect(docker, &net, c).await;
+        }
         // Processes entered into the container without being its own (a daemon an
         // elastic DVM launched through the agent) are not killed with it.
         let pid = info
@@ -588,23 +598,18 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
         if let Some(pid) = pid {
             crate::gc::kill_in_netns(Path::new(&format!("/proc/{pid}/ns/net")));
         }
-        let nets = info
-            .and_then(|i| i.network_settings?.networks)
-            .map(|n| n.into_keys().collect::<Vec<_>>())
-            .unwrap_or_default();
-        for net in nets {
-            disconnect(docker, &net, &c).await;
-        }
-        gone.push(c);
     }
-    let mut s = futures::stream::iter(gone.into_iter().map(|c| {
+    let mut s = futures::stream::iter(containers.into_iter().map(|c| {
         let docker = docker.clone();
         async move {
             let opts = RemoveContainerOptionsBuilder::default().force(true).build();
-            match docker.remove_container(&c, Some(opts)).await {
-                Ok(()) => {}
-                Err(e) if not_found(&e) => {}
-                Err(e) => eprintln!("dvmlab-harness: removing container {c}: {e}"),
+            match tokio::time::timeout(CALL, docker.remove_container(&c, Some(opts))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if not_found(&e) => {}
+                Ok(Err(e)) => eprintln!("dvmlab-harness: removing container {c}: {e}"),
+                Err(_) => {
+                    eprintln!("dvmlab-harness: removing container {c}: no answer in {CALL:?}")
+                }
             }
         }
     }))
@@ -612,7 +617,7 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
     while s.next().await.is_some() {}
     let mut held = Vec::new();
     for n in networks {
-        if let Ok(info) = docker.inspect_network(&n, None).await {
+        if let Some(info) = within(docker.inspect_network(&n, None)).await {
             for (id, ep) in info.containers.unwrap_or_default() {
                 disconnect(docker, &n, &ep.name.unwrap_or(id)).await;
             }
@@ -620,7 +625,11 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
         // The engine may still be releasing the removed containers' endpoints.
         let mut last = None;
         for _ in 0..50 {
-            match docker.remove_network(&n).await {
+            let Ok(removed) = tokio::time::timeout(CALL, docker.remove_network(&n)).await else {
+                last = Some(format!("no answer in {CALL:?}"));
+                break;
+            };
+            match removed {
                 Ok(()) => {
                     last = None;
                     break;
@@ -629,7 +638,7 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
                     last = None;
                     break;
                 }
-                Err(e) => last = Some(e),
+                Err(e) => last = Some(e.to_string()),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -643,13 +652,23 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
     held
 }
 
+/// How long one engine call of a teardown may take.
+const CALL: Duration = Duration::from_secs(10);
+
+/// What `call` answered within [`CALL`], if it succeeded.
+async fn within<T>(
+    call: impl std::future::Future<Output = Result<T, bollard::errors::Error>>,
+) -> Option<T> {
+    tokio::time::timeout(CALL, call).await.ok()?.ok()
+}
+
 /// Takes container (or endpoint) `c` off network `net`, forced; one that is not on it is left.
 async fn disconnect(docker: &Docker, net: &str, c: &str) {
     let req = NetworkDisconnectRequest {
         container: c.to_string(),
         force: Some(true),
     };
-    let _ = docker.disconnect_network(net, req).await;
+    within(docker.disconnect_network(net, req)).await;
 }
 
 /// Whether the engine answered that what was asked for does not exist.

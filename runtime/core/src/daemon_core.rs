@@ -20,7 +20,9 @@ use dvmlab_proto::event::{
     EVENT_JOB_END, EVENT_NODE_DOWN, EVENT_PROC_TERMINATED, JOB_TERM_STATUS,
 };
 use dvmlab_proto::idset::IdSet;
-use dvmlab_proto::wire::{DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup, VERSION};
+use dvmlab_proto::wire::{
+    DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup, MIN_VERSION,
+};
 
 /// The current time: monotonic for timers and liveness, wall-clock for what is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -620,9 +622,9 @@ impl DaemonCore {
     fn exec_output(&mut self, now: Now, o: exec::Output, work: &mut VecDeque<Work>) {
         let out = match o {
             // Each in the protocol version of its link: job-exec speaks the newest.
-            // A link gone from the overlay takes nothing: the newest version will do.
+            // A link gone from the overlay takes nothing; what every version reads will do.
             exec::Output::SendDown { link, msg } => {
-                let version = self.node.link_version(link).unwrap_or(VERSION);
+                let version = self.node.link_version(link).unwrap_or(MIN_VERSION);
                 Output::Net(Io::Send {
                     link,
                     frame: Frame::Daemon(DaemonMsg::ExecDown {
@@ -634,12 +636,13 @@ impl DaemonCore {
             // matters after its next hello.
             exec::Output::SendUp(req) => match self.up {
                 Some(link) => {
-                    let version = self.node.link_version(link).unwrap_or(VERSION);
+                    let version = self.node.link_version(link).unwrap_or(MIN_VERSION);
+                    let Some(req) = req.for_version(version) else {
+                        return;
+                    };
                     Output::Net(Io::Send {
                         link,
-                        frame: Frame::Daemon(DaemonMsg::ExecUp {
-                            req: req.for_version(version),
-                        }),
+                        frame: Frame::Daemon(DaemonMsg::ExecUp { req }),
                     })
                 }
                 None => return,

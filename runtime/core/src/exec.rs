@@ -36,9 +36,17 @@ const HELD_OUTPUT: usize = 1 << 20;
 /// job, each cut to [`MAX_EXCEPTION_TEXT`], apart from [`HELD_OUTPUT`]).
 const HELD_FATAL: usize = 1024;
 
+/// Whether barrier names `a` and `b` are one barrier: the same key, or, where either is a
+/// bare number from a daemon older than the keys (count 0), the same number.
+fn same_barrier(a: u64, b: u64) -> bool {
+    a == b
+        || ((barrier_count(a) == 0 || barrier_count(b) == 0)
+            && barrier_number(a) == barrier_number(b))
+}
+
 /// An exception's type or note as job-exec keeps and passes it on: at most
 /// [`MAX_EXCEPTION_TEXT`] bytes, cut at a character with `…` after it.
-fn cut(mut text: String) -> String {
+pub(crate) fn cut(mut text: String) -> String {
     if text.len() > MAX_EXCEPTION_TEXT {
         let mut end = MAX_EXCEPTION_TEXT - '…'.len_utf8();
         while !text.is_char_boundary(end) {
@@ -238,6 +246,11 @@ struct Job {
     sent_barrier: IdSet,
     /// The greatest barrier key whose end passed here (see [`barrier_key`]).
     barrier_done: u64,
+    /// Below the controller: the greatest barrier key a child said its processes passed
+    /// (`ExecUp::Passed`), told to every new parent with `barrier_done`.
+    passed_below: u64,
+    /// The controller: the job came back with it from a restart, its barriers' ends gone.
+    recovered: bool,
     /// The local processes: how many barriers they left, and the number of the one they
     /// wait in, as they wrote it (its end is answered with it).
     passed: u64,
@@ -594,9 +607,10 @@ impl JobExec {
         let mut ids = Vec::new();
         for (id, userid, ranks, spec) in list {
             self.infos.insert(id, spec.clone());
-            self.jobs
-                .entry(id)
-                .or_insert_with(|| Job::new(userid, ranks, Some(spec)));
+            self.jobs.entry(id).or_insert_with(|| Job {
+                recovered: true,
+                ..Job::new(userid, ranks, Some(spec))
+            });
             ids.push(id);
         }
         // A controller that is also a compute node lost its own shells with its earlier life.
@@ -663,6 +677,16 @@ impl JobExec {
         }
         for &id in &ids {
             self.send_fatal_up(id);
+        }
+        // What passed here goes first: a parent that kept no barrier (a restarted
+        // controller) answers a report of one that ended with its end.
+        if !self.controller {
+            for (&id, j) in &self.jobs {
+                let seq = j.barrier_done.max(j.passed_below);
+                if barrier_count(seq) > 0 {
+                    self.out.push(Output::SendUp(ExecUp::Passed { id, seq }));
+                }
+            }
         }
         for id in ids {
             self.progress(id);
@@ -845,16 +869,18 @@ impl JobExec {
                 self.stale_data.remove(&id);
             }
             ExecDown::BarrierDone { idset, id, seq } => {
-                let seq = self.jobs.get(&id).map_or(seq, |j| j.key_of(seq));
                 // The barrier ended for every rank of the job: those gathered here in it are
                 // released too, whoever the end was sent again for (see `ExecUp::Barrier`).
+                // It goes on by its key where either side knows it; a bare number that
+                // matches nothing here goes on bare (the children match it by number).
                 let gathered = self
                     .jobs
                     .get(&id)
                     .and_then(|j| j.barrier.as_ref())
-                    .filter(|(s, _)| *s == seq)
-                    .map(|(_, entered)| entered.clone());
-                let idset = gathered.map_or(idset.clone(), |g| idset.union(&g));
+                    .filter(|(s, _)| same_barrier(*s, seq))
+                    .cloned();
+                let seq = gathered.as_ref().map_or(seq, |(s, _)| (*s).max(seq));
+                let idset = gathered.map_or(idset.clone(), |(_, g)| idset.union(&g));
                 let m = ExecDown::BarrierDone {
                     idset: idset.clone(),
                     id,
@@ -865,10 +891,12 @@ impl JobExec {
                 let Some(j) = self.jobs.get_mut(&id) else {
                     return;
                 };
-                j.barrier_done = j.barrier_done.max(seq);
+                if barrier_count(seq) > 0 {
+                    j.barrier_done = j.barrier_done.max(seq);
+                }
                 // Only the end of the barrier the local processes wait in, once: the shell
                 // answers every local process, so any other end would release the wrong one.
-                let Some((_, entered)) = j.barrier.take_if(|(s, _)| *s == seq) else {
+                let Some((_, entered)) = j.barrier.take_if(|(s, _)| same_barrier(*s, seq)) else {
                     return;
                 };
                 j.sent_barrier = IdSet::new();
@@ -1216,6 +1244,7 @@ impl JobExec {
                 }
                 return self.stdin_ack_up(id, bytes);
             }
+            ExecUp::Passed { id, seq } => return self.on_passed(id, seq),
             other => other,
         };
         // A daemon speaks only for its own subtree: ranks outside it are not taken.
@@ -1241,7 +1270,10 @@ impl JobExec {
             other => other,
         };
         match &req {
-            ExecUp::Hello | ExecUp::Output { .. } | ExecUp::StdinAck { .. } => {}
+            ExecUp::Hello
+            | ExecUp::Output { .. }
+            | ExecUp::StdinAck { .. }
+            | ExecUp::Passed { .. } => {}
             ExecUp::Start { .. } => self.counters.start += 1,
             ExecUp::Barrier { .. } => self.counters.barrier += 1,
             ExecUp::Finish { .. } => self.counters.finish += 1,
@@ -1249,7 +1281,10 @@ impl JobExec {
             ExecUp::Release { .. } => self.counters.release += 1,
         }
         match req {
-            ExecUp::Hello | ExecUp::Output { .. } | ExecUp::StdinAck { .. } => {}
+            ExecUp::Hello
+            | ExecUp::Output { .. }
+            | ExecUp::StdinAck { .. }
+            | ExecUp::Passed { .. } => {}
             ExecUp::Start { id, ranks } => {
                 let mut again = None;
                 if let Some(j) = self.jobs.get_mut(&id) {
@@ -1279,29 +1314,31 @@ impl JobExec {
                 // Barrier keys grow: a report of one whose end already passed here, or older
                 // than one being gathered here (some rank left it to enter the next), comes
                 // from below a link that end was lost on (broken as it passed): the end goes
-                // down again. A gathered one older than the report ended too. A number from a
-                // daemon older than the keys is first given its key (`Job::key_of`).
-                let seq = j.key_of(seq);
+                // down again. A gathered one older than the report ended too. A bare number
+                // from a daemon older than the keys says nothing of the order: it only joins
+                // the barrier gathered of that number, or starts one (`same_barrier`).
                 let count = barrier_count;
                 let gathering = j.barrier.as_ref().map(|(s, _)| *s);
-                let stale =
-                    seq <= j.barrier_done || gathering.is_some_and(|g| count(g) > count(seq));
-                if stale {
-                    if !ranks.is_empty() {
+                if count(seq) > 0 {
+                    let stale =
+                        seq <= j.barrier_done || gathering.is_some_and(|g| count(g) > count(seq));
+                    if stale {
+                        if !ranks.is_empty() {
+                            self.on_down(ExecDown::BarrierDone {
+                                idset: ranks,
+                                id,
+                                seq,
+                            });
+                        }
+                        return;
+                    }
+                    if let Some(g) = gathering.filter(|&g| count(g) > 0 && count(g) < count(seq)) {
                         self.on_down(ExecDown::BarrierDone {
-                            idset: ranks,
+                            idset: IdSet::new(),
                             id,
-                            seq,
+                            seq: g,
                         });
                     }
-                    return;
-                }
-                if let Some(g) = gathering.filter(|&g| count(g) < count(seq)) {
-                    self.on_down(ExecDown::BarrierDone {
-                        idset: IdSet::new(),
-                        id,
-                        seq: g,
-                    });
                 }
                 if let Some(j) = self.jobs.get_mut(&id) {
                     j.enter(seq, &ranks);
@@ -1327,6 +1364,42 @@ impl JobExec {
                 }
                 self.progress(id);
             }
+        }
+    }
+
+    /// A child's processes passed barrier `seq` of job `id`. Below the controller it goes up,
+    /// unless what passed here or below says as much already. A restarted controller, which
+    /// kept no barrier of the jobs it recovered, takes the barrier for ended: ranks still
+    /// waiting in it (its end was lost below them) are let go, and a report of it is stale.
+    /// A controller that saw every end itself takes no child's word for it.
+    fn on_passed(&mut self, id: JobId, seq: u64) {
+        let (controller, ready) = (self.controller, self.ready);
+        let Some(j) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        if barrier_count(seq) == 0 || seq <= j.barrier_done.max(j.passed_below) {
+            return;
+        }
+        if !controller {
+            j.passed_below = seq;
+            if ready {
+                self.emit(Output::SendUp(ExecUp::Passed { id, seq }));
+            }
+            return;
+        }
+        if !j.recovered {
+            return;
+        }
+        j.barrier_done = seq;
+        // A bare number gathered (from daemons older than the keys) may be this barrier or
+        // the next: it is left to its own end.
+        let ended = |g: u64| barrier_count(g) > 0 && g <= seq;
+        if let Some(g) = j.barrier.as_ref().map(|(g, _)| *g).filter(|&g| ended(g)) {
+            self.on_down(ExecDown::BarrierDone {
+                idset: IdSet::new(),
+                id,
+                seq: g,
+            });
         }
     }
 
@@ -1498,6 +1571,8 @@ impl JobExec {
         if !self.controller {
             return;
         }
+        // The job manager's too (one it kept may come from a build that did not cut).
+        let (kind, note) = (cut(kind), cut(note));
         let Some(j) = self.jobs.get(&id) else {
             self.emit(Output::Log(format!(
                 "exception for unknown job {id} ignored"
@@ -1669,6 +1744,8 @@ impl Job {
             barrier: None,
             sent_barrier: IdSet::new(),
             barrier_done: 0,
+            passed_below: 0,
+            recovered: false,
             passed: 0,
             shell_seq: 0,
             killed: false,
@@ -1685,25 +1762,15 @@ impl Job {
         }
     }
 
-    /// Barrier `seq` as this daemon names it. A key is itself. A number from a daemon older
-    /// than the keys (count 0; [`dvmlab_proto::exec::BARRIER_KEYS`]) is the barrier gathered here if that has
-    /// the number, or else the one after the last whose end passed here: every end reaches
-    /// every daemon with ranks of the job below it, so that count is the job's.
-    fn key_of(&self, seq: u64) -> u64 {
-        if barrier_count(seq) > 0 {
-            return seq;
-        }
-        match &self.barrier {
-            Some((g, _)) if barrier_number(*g) == seq => *g,
-            _ => barrier_key(barrier_count(self.barrier_done) + 1, seq),
-        }
-    }
-
-    /// `ranks` entered barrier `seq`: one the barrier being gathered joins, any other
-    /// starts over (every process of a job goes through the same barriers in turn).
+    /// `ranks` entered barrier `seq`: one the barrier being gathered joins (named by the
+    /// key, if either knows it), any other starts over (every process of a job goes through
+    /// the same barriers in turn).
     fn enter(&mut self, seq: u64, ranks: &IdSet) {
         match &mut self.barrier {
-            Some((s, entered)) if *s == seq => *entered = entered.union(ranks),
+            Some((s, entered)) if same_barrier(*s, seq) => {
+                *entered = entered.union(ranks);
+                *s = (*s).max(seq);
+            }
             _ => {
                 self.barrier = Some((seq, ranks.clone()));
                 self.sent_barrier = IdSet::new();
@@ -1842,6 +1909,7 @@ mod tests {
                             ExecUp::Release { .. } => "release",
                             ExecUp::Output { .. } => "output",
                             ExecUp::StdinAck { .. } => "stdin-ack",
+                            ExecUp::Passed { .. } => "passed",
                         });
                         // A daemon with no link up sends nothing (the daemon core drops it).
                         if let Some(p) =
@@ -2538,6 +2606,34 @@ mod tests {
             .all(|&(k, n)| k <= MAX_EXCEPTION_TEXT && n <= MAX_EXCEPTION_TEXT));
     }
 
+    /// Found by reading: a barrier's end reached rank 1's subtree and was lost on its way
+    /// to rank 2's, then the controller restarted. Rank 1's processes left the barrier and
+    /// ended; rank 2 sends the barrier again to the new controller, which kept none. Rank 1
+    /// tells it what passed there, and the controller lets rank 2's subtree go.
+    #[test]
+    fn a_barrier_end_lost_before_a_controller_restart_reaches_the_ranks_still_waiting() {
+        let (mut s, ranks) = job_3_entering_barrier_1();
+        while let Some((r, input)) = s.queue.pop_front() {
+            let lost = r == 2 && matches!(input, Input::Down(ExecDown::BarrierDone { .. }));
+            if !lost {
+                s.deliver(r, input);
+            }
+        }
+        let left = |s: &Sim| -> Vec<Rank> {
+            let mut r: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+            r.sort();
+            r
+        };
+        assert_eq!(left(&s), [1, 3, 5], "rank 2's subtree lost the end");
+        s.each(&IdSet::from_iter([1, 3, 5]), |_| Input::ShellExited {
+            id: 3,
+            status: 0,
+        });
+        s.restart_controller(vec![(3, 1000, ranks, spec())]);
+        assert_eq!(left(&s), [1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
+        assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
     /// A link to a daemon older than the barrier keys (protocol version 5) carries the
     /// numbers as the processes wrote them, both ways: the new side gives them their keys
     /// again, so a barrier gathered across that link completes, and so does the next one of
@@ -2549,9 +2645,9 @@ mod tests {
         let across = |s: &mut Sim| {
             while let Some((r, input)) = s.queue.pop_front() {
                 let input = match input {
-                    Input::Up { link: 3, req } if r == 1 => Input::Up {
-                        link: 3,
-                        req: req.for_version(old),
+                    Input::Up { link: 3, req } if r == 1 => match req.for_version(old) {
+                        Some(req) => Input::Up { link: 3, req },
+                        None => continue,
                     },
                     Input::Down(msg) if r == 3 => Input::Down(msg.for_version(old)),
                     other => other,

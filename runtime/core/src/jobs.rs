@@ -647,6 +647,7 @@ impl JobManager {
     /// Ends a job that never launched: nothing ran, so nothing is released; its submitter
     /// and the job-end event hear why.
     fn end_unlaunched(&mut self, id: JobId, exception: String) {
+        let exception = crate::exec::cut(exception);
         self.unmapped.retain(|j| *j != id);
         self.mapped.retain(|j| *j != id);
         let Some(j) = self.jobs.get_mut(&id) else {

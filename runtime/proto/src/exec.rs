@@ -178,6 +178,14 @@ crate::tag_first! {
             id: JobId,
             bytes: u64,
         },
+        /// The end of the job's barrier `seq` (a key) passed the sender: its processes left
+        /// it. Sent to a new parent once that answered the hello (from protocol version
+        /// [`BARRIER_KEYS`]), so that a restarted controller, which keeps no barrier, ends
+        /// one that ranks whose end was lost still wait in.
+        Passed {
+            id: JobId,
+            seq: u64,
+        },
     }
 }
 
@@ -198,15 +206,17 @@ impl ExecDown {
 }
 
 impl ExecUp {
-    /// This request as a daemon that speaks protocol `version` reads it.
-    pub fn for_version(self, version: u32) -> ExecUp {
+    /// This request as a daemon that speaks protocol `version` reads it; none if that
+    /// version has no such request.
+    pub fn for_version(self, version: u32) -> Option<ExecUp> {
         match self {
-            ExecUp::Barrier { id, ranks, seq } if version < BARRIER_KEYS => ExecUp::Barrier {
+            ExecUp::Barrier { id, ranks, seq } if version < BARRIER_KEYS => Some(ExecUp::Barrier {
                 id,
                 ranks,
                 seq: barrier_number(seq),
-            },
-            other => other,
+            }),
+            ExecUp::Passed { .. } if version < BARRIER_KEYS => None,
+            other => Some(other),
         }
     }
 }
@@ -264,15 +274,18 @@ mod tests {
         ));
         assert!(matches!(
             up.clone().for_version(BARRIER_KEYS - 1),
-            ExecUp::Barrier { seq: 7, .. }
+            Some(ExecUp::Barrier { seq: 7, .. })
         ));
         assert_eq!(down.clone().for_version(BARRIER_KEYS), down);
-        assert_eq!(up.clone().for_version(BARRIER_KEYS), up);
+        assert_eq!(up.clone().for_version(BARRIER_KEYS), Some(up));
         let other = ExecUp::Start {
             id: 9,
             ranks: IdSet::range(1, 2),
         };
-        assert_eq!(other.clone().for_version(1), other);
+        assert_eq!(other.clone().for_version(1), Some(other));
+        let passed = ExecUp::Passed { id: 9, seq: key };
+        assert_eq!(passed.clone().for_version(BARRIER_KEYS - 1), None);
+        assert_eq!(passed.clone().for_version(BARRIER_KEYS), Some(passed));
     }
 
     /// A daemon of version 4 has no `answer` field: it must read the marked answer as the

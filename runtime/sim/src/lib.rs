@@ -32,6 +32,8 @@ pub const MS: u64 = 1;
 /// The daemons' start hold (simulated ms): shorter than the simulated jobs' default 50 ms,
 /// so runs see starts that go up when the hold runs out and starts that go up with finishes.
 const START_HOLD_MS: u64 = 20;
+/// Barriers a shell of a barrier job goes through (see [`Sim::barrier_jobs`]).
+pub const JOB_BARRIERS: u32 = 2;
 pub const TOOL: LinkId = u64::MAX;
 /// Tools submitting jobs have links from here up, one each.
 pub const JOB_TOOLS: LinkId = 1 << 62;
@@ -159,12 +161,17 @@ pub struct Sim {
     pub placed: BTreeMap<JobId, BTreeSet<Rank>>,
     /// Shells running now: (rank, job) → the incarnation running it.
     pub running: BTreeMap<(Rank, JobId), u64>,
-    /// Every job's shells enter one barrier as they start and run their time only once it
-    /// completes, as an MPI job's processes meet in `MPI_Init`: a job one of whose ranks is
+    /// Every job's shells enter a barrier as they start, another halfway, and run their time
+    /// only once the last completes, as an MPI job's processes meet in `MPI_Init` and
+    /// `MPI_Finalize`: a job one of whose ranks is
     /// lost then ends only if the fatal exception reaches every shell (the soak's barrier
     /// jobs). Without it, shells run their time and exit on their own, and a shell the
     /// exception never reached goes unnoticed.
     pub barrier_jobs: bool,
+    /// With `barrier_jobs`, per running shell (rank, job): the barriers it entered and the
+    /// ends it got. A shell goes through [`JOB_BARRIERS`] barriers, all numbered 1 (numbers
+    /// repeat), and never gets an end while not in a barrier.
+    pub barriers: BTreeMap<(Rank, JobId), (u32, u32)>,
     /// Per rank: the newest protocol version its daemon speaks. A link speaks the lower of
     /// its two ends' (the real hello's outcome), and what is sent on it must be what a
     /// daemon of that version reads (checked at every send).
@@ -248,6 +255,7 @@ impl Sim {
             placed: BTreeMap::new(),
             running: BTreeMap::new(),
             barrier_jobs: false,
+            barriers: BTreeMap::new(),
             versions: vec![dvmlab_proto::wire::VERSION; n as usize],
             saved_jobs: Saved::default(),
             violation: None,
@@ -590,6 +598,7 @@ impl Sim {
                 let t = self.now + 1 + self.lat();
                 self.shell_at(t, r, ShellInput::ShellStarted { id });
                 if self.barrier_jobs {
+                    self.barriers.insert((r, id), (0, 0));
                     self.shell_at(t + 1, r, ShellInput::ShellBarrier { id, seq: 1 });
                 } else {
                     let run_ms = self.run_ms(id);
@@ -602,8 +611,20 @@ impl Sim {
                         "rank {r} completed a barrier of job {id}, which entered none"
                     ));
                 } else if self.running.contains_key(&(r, id)) {
+                    let (entered, left) = self.barriers.get(&(r, id)).copied().unwrap_or((0, 0));
+                    if left >= entered {
+                        return self.violated(format!(
+                            "rank {r} got an end of a barrier of job {id} while in none ({entered} entered, {left} left)"
+                        ));
+                    }
+                    self.barriers.insert((r, id), (entered, left + 1));
                     let t = self.now + self.run_ms(id);
-                    self.shell_at(t, r, ShellInput::ShellExited { id, status: 0 });
+                    if left + 1 < JOB_BARRIERS {
+                        let t = self.now + 1 + self.run_ms(id) / 2;
+                        self.shell_at(t, r, ShellInput::ShellBarrier { id, seq: 1 });
+                    } else {
+                        self.shell_at(t, r, ShellInput::ShellExited { id, status: 0 });
+                    }
                 }
             }
             Output::Shell(ShellCommand::Kill { id, signal }) => {
@@ -835,9 +856,19 @@ impl Sim {
     }
 
     /// A frame `from` sends to `to` must be one a daemon of their link's version reads: a
-    /// barrier's key only where both know keys.
+    /// barrier's key, or what passed, only where both know keys.
     fn check_version(&mut self, from: Rank, to: Rank, frame: &Frame) {
         let version = self.link_version(from, to);
+        if version < BARRIER_KEYS {
+            if let Frame::Daemon(DaemonMsg::ExecUp {
+                req: ExecUp::Passed { .. },
+            }) = frame
+            {
+                self.violated(format!(
+                    "r{from} sent r{to} a barrier passed on a link of protocol version {version}, which has no such request"
+                ));
+            }
+        }
         let seq = match frame {
             Frame::Daemon(DaemonMsg::ExecUp {
                 req: ExecUp::Barrier { seq, .. },
@@ -930,6 +961,11 @@ impl Sim {
                         // the job (a stray's exit is reported to nobody).
                         if let ShellInput::ShellExited { id, .. } = &input {
                             self.running.remove(&(rank, *id));
+                        }
+                        if let ShellInput::ShellBarrier { id, .. } = &input {
+                            if let Some(b) = self.barriers.get_mut(&(rank, *id)) {
+                                b.0 += 1;
+                            }
                         }
                         self.feed_core(rank, CoreInput::Shell(input));
                     }

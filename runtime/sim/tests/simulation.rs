@@ -107,6 +107,14 @@ proptest! {
         controller_crashes in proptest::collection::vec((3000u64..20_000, any::<bool>(), 100u64..3000), 0..2),
         older in proptest::collection::vec(0u32..32, 0..3),
     ) {
+        // Daemons older than the barrier keys only where nothing fails: a bare number is
+        // never taken for stale, so an end lost below one strands its ranks, as it did
+        // between daemons of that version.
+        let (crashes, freezes, controller_crashes) = if older.is_empty() {
+            (crashes, freezes, controller_crashes)
+        } else {
+            (vec![], vec![], vec![])
+        };
         let more = MoreChaos { barrier_jobs: true, controller_crashes, older };
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, vec![],
