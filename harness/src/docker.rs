@@ -622,23 +622,19 @@ async fn remove(docker: &Docker, containers: Vec<String>, networks: Vec<String>)
                 disconnect(docker, &n, &ep.name.unwrap_or(id)).await;
             }
         }
-        // The engine may still be releasing the removed containers' endpoints.
-        let mut last = None;
-        for _ in 0..50 {
-            let Ok(removed) = tokio::time::timeout(CALL, docker.remove_network(&n)).await else {
-                last = Some(format!("no answer in {CALL:?}"));
-                break;
+        // The engine may still be releasing the removed containers' endpoints, or be slow
+        // to answer on a busy machine: asked again until the network's deadline.
+        let deadline = tokio::time::Instant::now() + 2 * CALL;
+        let mut last;
+        loop {
+            last = match tokio::time::timeout(CALL, docker.remove_network(&n)).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) if not_found(&e) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(_) => Some(format!("no answer in {CALL:?}")),
             };
-            match removed {
-                Ok(()) => {
-                    last = None;
-                    break;
-                }
-                Err(e) if not_found(&e) => {
-                    last = None;
-                    break;
-                }
-                Err(e) => last = Some(e.to_string()),
+            if last.is_none() || tokio::time::Instant::now() >= deadline {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

@@ -246,11 +246,9 @@ struct Job {
     sent_barrier: IdSet,
     /// The greatest barrier key whose end passed here (see [`barrier_key`]).
     barrier_done: u64,
-    /// Below the controller: the greatest barrier key a child said its processes passed
-    /// (`ExecUp::Passed`), told to every new parent with `barrier_done`.
+    /// The greatest barrier key a child said passed it (`ExecUp::Passed`): ended, as
+    /// `barrier_done`, and told to every new parent with it.
     passed_below: u64,
-    /// The controller: the job came back with it from a restart, its barriers' ends gone.
-    recovered: bool,
     /// The local processes: how many barriers they left, and the number of the one they
     /// wait in, as they wrote it (its end is answered with it).
     passed: u64,
@@ -607,10 +605,9 @@ impl JobExec {
         let mut ids = Vec::new();
         for (id, userid, ranks, spec) in list {
             self.infos.insert(id, spec.clone());
-            self.jobs.entry(id).or_insert_with(|| Job {
-                recovered: true,
-                ..Job::new(userid, ranks, Some(spec))
-            });
+            self.jobs
+                .entry(id)
+                .or_insert_with(|| Job::new(userid, ranks, Some(spec)));
             ids.push(id);
         }
         // A controller that is also a compute node lost its own shells with its earlier life.
@@ -678,8 +675,9 @@ impl JobExec {
         for &id in &ids {
             self.send_fatal_up(id);
         }
-        // What passed here goes first: a parent that kept no barrier (a restarted
-        // controller) answers a report of one that ended with its end.
+        // What passed here goes first: a parent that never saw an end (restarted, or new on
+        // the job's path) lets go the ranks it gathers in that barrier, and answers a report
+        // of it with its end.
         if !self.controller {
             for (&id, j) in &self.jobs {
                 let seq = j.barrier_done.max(j.passed_below);
@@ -1244,7 +1242,7 @@ impl JobExec {
                 }
                 return self.stdin_ack_up(id, bytes);
             }
-            ExecUp::Passed { id, seq } => return self.on_passed(id, seq),
+            ExecUp::Passed { id, seq } => return self.on_passed(child, id, seq),
             other => other,
         };
         // A daemon speaks only for its own subtree: ranks outside it are not taken.
@@ -1320,8 +1318,8 @@ impl JobExec {
                 let count = barrier_count;
                 let gathering = j.barrier.as_ref().map(|(s, _)| *s);
                 if count(seq) > 0 {
-                    let stale =
-                        seq <= j.barrier_done || gathering.is_some_and(|g| count(g) > count(seq));
+                    let stale = seq <= j.barrier_done.max(j.passed_below)
+                        || gathering.is_some_and(|g| count(g) > count(seq));
                     if stale {
                         if !ranks.is_empty() {
                             self.on_down(ExecDown::BarrierDone {
@@ -1367,34 +1365,33 @@ impl JobExec {
         }
     }
 
-    /// A child's processes passed barrier `seq` of job `id`. Below the controller it goes up,
-    /// unless what passed here or below says as much already. A restarted controller, which
-    /// kept no barrier of the jobs it recovered, takes the barrier for ended: ranks still
-    /// waiting in it (its end was lost below them) are let go, and a report of it is stale.
-    /// A controller that saw every end itself takes no child's word for it.
-    fn on_passed(&mut self, id: JobId, seq: u64) {
-        let (controller, ready) = (self.controller, self.ready);
+    /// Child `child` says the end of job `id`'s barrier `seq` passed it. A daemon that never
+    /// saw that end (restarted, a restarted controller, which keeps no barrier, or one new
+    /// on the job's path) takes the barrier for ended: the ranks gathered in it here (their
+    /// end was lost on the way) are let go, a report of it is stale from now on, and below
+    /// the controller it goes up. A daemon that saw the end knows it already. Only from a
+    /// child whose subtree, by the tree formula, holds ranks of the job.
+    fn on_passed(&mut self, child: Rank, id: JobId, seq: u64) {
+        let (controller, ready, tree) = (self.controller, self.ready, self.tree);
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
-        if barrier_count(seq) == 0 || seq <= j.barrier_done.max(j.passed_below) {
+        let known = j.barrier_done.max(j.passed_below);
+        if barrier_count(seq) == 0
+            || seq <= known
+            || !j.ranks.iter().any(|r| tree.is_ancestor_or_self(child, r))
+        {
             return;
         }
-        if !controller {
-            j.passed_below = seq;
-            if ready {
-                self.emit(Output::SendUp(ExecUp::Passed { id, seq }));
-            }
-            return;
-        }
-        if !j.recovered {
-            return;
-        }
-        j.barrier_done = seq;
+        j.passed_below = seq;
         // A bare number gathered (from daemons older than the keys) may be this barrier or
         // the next: it is left to its own end.
         let ended = |g: u64| barrier_count(g) > 0 && g <= seq;
-        if let Some(g) = j.barrier.as_ref().map(|(g, _)| *g).filter(|&g| ended(g)) {
+        let gathered = j.barrier.as_ref().map(|(g, _)| *g).filter(|&g| ended(g));
+        if !controller && ready {
+            self.emit(Output::SendUp(ExecUp::Passed { id, seq }));
+        }
+        if let Some(g) = gathered {
             self.on_down(ExecDown::BarrierDone {
                 idset: IdSet::new(),
                 id,
@@ -1745,7 +1742,6 @@ impl Job {
             sent_barrier: IdSet::new(),
             barrier_done: 0,
             passed_below: 0,
-            recovered: false,
             passed: 0,
             shell_seq: 0,
             killed: false,
@@ -2632,6 +2628,53 @@ mod tests {
         s.restart_controller(vec![(3, 1000, ranks, spec())]);
         assert_eq!(left(&s), [1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
         assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
+    }
+
+    /// Found in review: a daemon with no ranks of the job passed a barrier's end to one
+    /// child and died before the other got it. Restarted, it learns of the job from its
+    /// hello's answer with no barrier passed; the child that missed the end sends the
+    /// barrier again, the other says it passed it, and the restarted daemon lets the first
+    /// go without waiting for the second, which left the barrier long ago.
+    #[test]
+    fn a_daemon_restarted_between_a_barriers_end_and_a_child_lets_the_waiting_child_go() {
+        let ranks = IdSet::from_iter([3, 5]);
+        let left = |s: &Sim| -> Vec<Rank> {
+            let mut r: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+            r.sort();
+            r
+        };
+        // Either child may say hello first: the barrier is let go as it is gathered, or its
+        // report is taken for stale.
+        for first in [3, 5] {
+            let mut s = Sim::new(7, 2);
+            s.submit(3, ranks.clone());
+            s.each(&ranks, |_| Input::ShellStarted { id: 3 });
+            s.push(3, Input::ShellBarrier { id: 3, seq: 1 });
+            s.push(5, Input::ShellBarrier { id: 3, seq: 1 });
+            while let Some((r, input)) = s.queue.pop_front() {
+                let lost = r == 5 && matches!(input, Input::Down(ExecDown::BarrierDone { .. }));
+                if !lost {
+                    s.deliver(r, input);
+                }
+            }
+            assert_eq!(left(&s), [3], "rank 5's end was lost");
+            s.each(&IdSet::range(3, 3), |_| Input::ShellExited {
+                id: 3,
+                status: 0,
+            });
+            s.mods[1] = JobExec::new(1, false, s.tree);
+            s.push(
+                1,
+                Input::Children(vec![(3, 3, s.subtree(3)), (5, 5, s.subtree(5))]),
+            );
+            s.push(1, uplink(Some(0)));
+            s.run();
+            s.push(first, uplink(Some(1)));
+            s.run();
+            s.push(8 - first, uplink(Some(1)));
+            s.run();
+            assert_eq!(left(&s), [3, 5], "rank {first} first: {:?}", s.barrier_done);
+        }
     }
 
     /// A link to a daemon older than the barrier keys (protocol version 5) carries the

@@ -180,8 +180,9 @@ crate::tag_first! {
         },
         /// The end of the job's barrier `seq` (a key) passed the sender: its processes left
         /// it. Sent to a new parent once that answered the hello (from protocol version
-        /// [`BARRIER_KEYS`]), so that a restarted controller, which keeps no barrier, ends
-        /// one that ranks whose end was lost still wait in.
+        /// [`BARRIER_KEYS`]), so that a parent that never saw that end (restarted, a
+        /// restarted controller, which keeps no barrier, or one new on the job's path) lets
+        /// go the ranks whose end was lost on the way, and takes their reports for stale.
         Passed {
             id: JobId,
             seq: u64,

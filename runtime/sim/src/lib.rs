@@ -170,7 +170,8 @@ pub struct Sim {
     pub barrier_jobs: bool,
     /// With `barrier_jobs`, per running shell (rank, job): the barriers it entered and the
     /// ends it got. A shell goes through [`JOB_BARRIERS`] barriers, all numbered 1 (numbers
-    /// repeat), and never gets an end while not in a barrier.
+    /// repeat), never gets an end while not in a barrier, nor the end of one that another
+    /// running shell of the job has not entered.
     pub barriers: BTreeMap<(Rank, JobId), (u32, u32)>,
     /// Per rank: the newest protocol version its daemon speaks. A link speaks the lower of
     /// its two ends' (the real hello's outcome), and what is sent on it must be what a
@@ -618,6 +619,19 @@ impl Sim {
                         ));
                     }
                     self.barriers.insert((r, id), (entered, left + 1));
+                    // Nobody leaves a barrier before every shell of the job still running
+                    // entered it.
+                    let behind = self
+                        .barriers
+                        .iter()
+                        .filter(|((q, j), _)| *j == id && self.running.contains_key(&(*q, id)))
+                        .find(|(_, (e, _))| *e <= left);
+                    if let Some(((q, _), (e, _))) = behind {
+                        return self.violated(format!(
+                            "rank {r} left barrier {} of job {id} while rank {q} had entered {e}",
+                            left + 1
+                        ));
+                    }
                     let t = self.now + self.run_ms(id);
                     if left + 1 < JOB_BARRIERS {
                         let t = self.now + 1 + self.run_ms(id) / 2;
