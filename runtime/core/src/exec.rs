@@ -1320,13 +1320,16 @@ impl JobExec {
                 if count(seq) > 0 {
                     let stale = seq <= j.barrier_done.max(j.passed_below)
                         || gathering.is_some_and(|g| count(g) > count(seq));
+                    // Answered to the reporter alone: a barrier gathered here, even a bare
+                    // number that matches the stale one's, is not the stale one.
                     if stale {
                         if !ranks.is_empty() {
-                            self.on_down(ExecDown::BarrierDone {
-                                idset: ranks,
+                            let m = ExecDown::BarrierDone {
+                                idset: ranks.clone(),
                                 id,
                                 seq,
-                            });
+                            };
+                            self.fan_out(&ranks, &m);
                         }
                         return;
                     }
@@ -1376,11 +1379,12 @@ impl JobExec {
         let Some(j) = self.jobs.get_mut(&id) else {
             return;
         };
-        let known = j.barrier_done.max(j.passed_below);
-        if barrier_count(seq) == 0
-            || seq <= known
-            || !j.ranks.iter().any(|r| tree.is_ancestor_or_self(child, r))
-        {
+        if !j.ranks.iter().any(|r| tree.is_ancestor_or_self(child, r)) {
+            return self.emit(Output::Log(format!(
+                "job {id}: rank {child}, whose subtree runs none of it, said a barrier passed; ignored"
+            )));
+        }
+        if barrier_count(seq) == 0 || seq <= j.barrier_done.max(j.passed_below) {
             return;
         }
         j.passed_below = seq;
@@ -2445,6 +2449,25 @@ mod tests {
 
     /// Job 3 running on ranks 1-6 of 7 (radix 2), each of whose shells is about to enter
     /// barrier 1 (queued, not handled yet).
+    /// Child `child`'s report that its rank entered job 3's barrier `seq`.
+    fn barrier_report(child: Rank, seq: u64) -> Input {
+        Input::Up {
+            link: child.into(),
+            req: ExecUp::Barrier {
+                id: 3,
+                ranks: IdSet::range(child, child),
+                seq,
+            },
+        }
+    }
+
+    /// The ranks whose shells left a barrier so far, in order.
+    fn left_barrier(s: &Sim) -> Vec<Rank> {
+        let mut r: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
+        r.sort();
+        r
+    }
+
     fn job_3_entering_barrier_1() -> (Sim, IdSet) {
         let mut s = Sim::new(7, 2);
         let ranks = IdSet::range(1, 6);
@@ -2615,18 +2638,13 @@ mod tests {
                 s.deliver(r, input);
             }
         }
-        let left = |s: &Sim| -> Vec<Rank> {
-            let mut r: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
-            r.sort();
-            r
-        };
-        assert_eq!(left(&s), [1, 3, 5], "rank 2's subtree lost the end");
+        assert_eq!(left_barrier(&s), [1, 3, 5], "rank 2's subtree lost the end");
         s.each(&IdSet::from_iter([1, 3, 5]), |_| Input::ShellExited {
             id: 3,
             status: 0,
         });
         s.restart_controller(vec![(3, 1000, ranks, spec())]);
-        assert_eq!(left(&s), [1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
+        assert_eq!(left_barrier(&s), [1, 2, 3, 4, 5, 6], "{:?}", s.barrier_done);
         assert!(s.barrier_done.iter().all(|b| b.1 == 3 && b.2 == 1));
     }
 
@@ -2638,11 +2656,6 @@ mod tests {
     #[test]
     fn a_daemon_restarted_between_a_barriers_end_and_a_child_lets_the_waiting_child_go() {
         let ranks = IdSet::from_iter([3, 5]);
-        let left = |s: &Sim| -> Vec<Rank> {
-            let mut r: Vec<Rank> = s.barrier_done.iter().map(|b| b.0).collect();
-            r.sort();
-            r
-        };
         // Either child may say hello first: the barrier is let go as it is gathered, or its
         // report is taken for stale.
         for first in [3, 5] {
@@ -2657,7 +2670,7 @@ mod tests {
                     s.deliver(r, input);
                 }
             }
-            assert_eq!(left(&s), [3], "rank 5's end was lost");
+            assert_eq!(left_barrier(&s), [3], "rank 5's end was lost");
             s.each(&IdSet::range(3, 3), |_| Input::ShellExited {
                 id: 3,
                 status: 0,
@@ -2673,8 +2686,31 @@ mod tests {
             s.run();
             s.push(8 - first, uplink(Some(1)));
             s.run();
-            assert_eq!(left(&s), [3, 5], "rank {first} first: {:?}", s.barrier_done);
+            assert_eq!(
+                left_barrier(&s),
+                [3, 5],
+                "rank {first} first: {:?}",
+                s.barrier_done
+            );
         }
+    }
+
+    /// Found in review: a report of a barrier that already ended here is answered to its
+    /// sender alone. A bare number gathered here (from a daemon older than the keys) that
+    /// happens to match it is the next barrier, and is not let go.
+    #[test]
+    fn a_stale_report_is_answered_to_its_sender_and_leaves_a_bare_gather_of_its_number() {
+        let (mut s, _) = job_3_entering_barrier_1();
+        s.run();
+        s.deliver(1, barrier_report(3, 1));
+        s.deliver(1, barrier_report(5, barrier_key(1, 1)));
+        let ends: Vec<Rank> = s
+            .queue
+            .iter()
+            .filter(|(_, i)| matches!(i, Input::Down(ExecDown::BarrierDone { .. })))
+            .map(|(r, _)| *r)
+            .collect();
+        assert_eq!(ends, [5], "{:?}", s.queue);
     }
 
     /// A link to a daemon older than the barrier keys (protocol version 5) carries the
@@ -2727,23 +2763,15 @@ mod tests {
             s
         };
         let kids = Sim::new(7, 2).tree.children(1);
-        let report = |child: Rank, seq| Input::Up {
-            link: child.into(),
-            req: ExecUp::Barrier {
-                id: 3,
-                ranks: IdSet::range(child, child),
-                seq,
-            },
-        };
         let mut s = started();
         s.deliver(1, Input::ShellBarrier { id: 3, seq: 1 });
-        s.deliver(1, report(kids[0], barrier_key(2, 1)));
+        s.deliver(1, barrier_report(kids[0], barrier_key(2, 1)));
         assert_eq!(s.barrier_done, [(1, 3, 1)], "rank 1 left barrier 1");
 
         let mut s = started();
-        s.deliver(1, report(kids[0], barrier_key(2, 1)));
+        s.deliver(1, barrier_report(kids[0], barrier_key(2, 1)));
         s.queue.clear();
-        s.deliver(1, report(kids[1], barrier_key(1, 1)));
+        s.deliver(1, barrier_report(kids[1], barrier_key(1, 1)));
         assert!(
             s.queue.iter().any(|(r, i)| *r == kids[1]
                 && matches!(i, Input::Down(ExecDown::BarrierDone { seq, .. }) if *seq == barrier_key(1, 1))),

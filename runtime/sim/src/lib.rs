@@ -168,7 +168,7 @@ pub struct Sim {
     /// jobs). Without it, shells run their time and exit on their own, and a shell the
     /// exception never reached goes unnoticed.
     pub barrier_jobs: bool,
-    /// With `barrier_jobs`, per running shell (rank, job): the barriers it entered and the
+    /// With `barrier_jobs`, per running shell (rank, job; gone with it): the barriers it entered and the
     /// ends it got. A shell goes through [`JOB_BARRIERS`] barriers, all numbered 1 (numbers
     /// repeat), never gets an end while not in a barrier, nor the end of one that another
     /// running shell of the job has not entered.
@@ -949,6 +949,7 @@ impl Sim {
                     self.alive[r as usize] = true;
                     self.life[r as usize] = self.now + 1;
                     self.running.retain(|(rank, _), _| *rank != r);
+                    self.barriers.retain(|(rank, _), _| *rank != r);
                     // The simulator's clock is the same for every daemon (`mono` is the
                     // time since the run started), so start times are all zero: a daemon's
                     // epoch is then the time of its connection, as in the real shell.
@@ -975,6 +976,7 @@ impl Sim {
                         // the job (a stray's exit is reported to nobody).
                         if let ShellInput::ShellExited { id, .. } = &input {
                             self.running.remove(&(rank, *id));
+                            self.barriers.remove(&(rank, *id));
                         }
                         if let ShellInput::ShellBarrier { id, .. } = &input {
                             if let Some(b) = self.barriers.get_mut(&(rank, *id)) {
