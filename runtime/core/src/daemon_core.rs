@@ -621,8 +621,8 @@ impl DaemonCore {
 
     fn exec_output(&mut self, now: Now, o: exec::Output, work: &mut VecDeque<Work>) {
         let out = match o {
-            // Each in the protocol version of its link: job-exec speaks the newest.
-            // A link gone from the overlay takes nothing; what every version reads will do.
+            // Each in the protocol version of its link (job-exec speaks the newest); for a
+            // link gone from the overlay, what every version reads.
             exec::Output::SendDown { link, msg } => {
                 let version = self.node.link_version(link).unwrap_or(MIN_VERSION);
                 Output::Net(Io::Send {

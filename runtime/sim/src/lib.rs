@@ -481,9 +481,6 @@ impl Sim {
                         dvmlab_proto::wire::encode_frame(&frame).map_or(usize::MAX, |b| b.len());
                     *largest = (*largest).max(len);
                 }
-                if let Some(&(_, peer, _)) = self.links.get(&link) {
-                    self.check_version(r, peer, &frame);
-                }
                 let Some(&(_, peer, peer_link)) = self.links.get(&link) else {
                     if std::env::var("DVMLAB_SIM_TRACE").is_ok() {
                         eprintln!(
@@ -493,6 +490,7 @@ impl Sim {
                     }
                     return;
                 };
+                self.check_version(r, peer, &frame);
                 if let Ok(t) = std::env::var("DVMLAB_SIM_TRACE") {
                     match &frame {
                         Frame::Daemon(m @ DaemonMsg::Routed { .. }) => {
@@ -873,28 +871,24 @@ impl Sim {
     /// barrier's key, or what passed, only where both know keys.
     fn check_version(&mut self, from: Rank, to: Rank, frame: &Frame) {
         let version = self.link_version(from, to);
-        if version < BARRIER_KEYS {
-            if let Frame::Daemon(DaemonMsg::ExecUp {
-                req: ExecUp::Passed { .. },
-            }) = frame
-            {
-                self.violated(format!(
-                    "r{from} sent r{to} a barrier passed on a link of protocol version {version}, which has no such request"
-                ));
-            }
+        if version >= BARRIER_KEYS {
+            return;
         }
-        let seq = match frame {
+        let unreadable = match frame {
+            Frame::Daemon(DaemonMsg::ExecUp {
+                req: ExecUp::Passed { .. },
+            }) => true,
             Frame::Daemon(DaemonMsg::ExecUp {
                 req: ExecUp::Barrier { seq, .. },
             })
             | Frame::Daemon(DaemonMsg::ExecDown {
                 msg: ExecDown::BarrierDone { seq, .. },
-            }) => *seq,
-            _ => return,
+            }) => barrier_count(*seq) > 0,
+            _ => false,
         };
-        if version < BARRIER_KEYS && barrier_count(seq) > 0 {
+        if unreadable {
             self.violated(format!(
-                "r{from} sent r{to} barrier key {seq:#x} on a link of protocol version {version}, which knows no keys"
+                "r{from} sent r{to} what protocol version {version} cannot read: {frame:?}"
             ));
         }
     }
