@@ -79,7 +79,7 @@ assert r["reply"] == "status" and r["formed"], r
 print("v1 ok")
 s = connect()
 w = hello(s, 9, 2)
-assert w["t"] == "welcome" and w["version"] == 6, w
+assert w["t"] == "welcome" and w["version"] == 7, w
 send(s, {"t": "tool", "req": "teleport", "hosts": ["x"]})
 r = recv(s)
 assert r["reply"] == "error" and "does not know that request" in r["message"], r
@@ -88,13 +88,13 @@ r = recv(s)
 assert r["reply"] == "status", r
 print("v9 ok")
 s = connect()
-w = hello(s, 9, 7)
+w = hello(s, 9, 8)
 assert w["t"] == "refuse" and "not supported" in w["reason"], w
-print("v7-9 refused")
+print("v8-9 refused")
 "#;
     let (ok, out, err) = run_client(&dvm, "n01", script);
     assert!(ok, "{out}\n{err}\n{}", dvm.cluster.logs_tail(20));
-    assert_eq!(out, "v1 ok\nv9 ok\nv7-9 refused\n");
+    assert_eq!(out, "v1 ok\nv9 ok\nv8-9 refused\n");
     // Without a key the DVM forms as the spec has it, and says loudly that it is open.
     assert!(!dvm.status().unwrap().authenticated);
     for h in &hosts {

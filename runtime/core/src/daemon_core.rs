@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::campaign::{self, Campaigns};
 use crate::event::hub::{self, EventHub};
+use crate::event::interest::Up;
 use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
 use crate::jobs::{self, JobManager, Saved};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
@@ -21,7 +22,7 @@ use dvmlab_proto::event::{
 };
 use dvmlab_proto::idset::IdSet;
 use dvmlab_proto::wire::{
-    DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup, MIN_VERSION,
+    DaemonMsg, Directive, Frame, ToolReply, ToolRequest, Wireup, EVENT_INTEREST, MIN_VERSION,
 };
 
 /// The current time: monotonic for timers and liveness, wall-clock for what is reported.
@@ -389,8 +390,21 @@ impl DaemonCore {
                 return work.push_back(Work::Camp(campaign::Input::Lost(ranks)));
             }
             overlay::Output::Exec(i) => {
-                if let exec::Input::Lost(ranks) = &i {
-                    self.nodes_down(ranks, work);
+                match &i {
+                    exec::Input::Lost(ranks) => self.nodes_down(ranks, work),
+                    exec::Input::Uplink { link, version } => {
+                        let up = match link {
+                            None => Up::Gone,
+                            Some(_) if *version >= EVENT_INTEREST => Up::Reads,
+                            Some(_) => Up::Older,
+                        };
+                        work.push_back(Work::Event(hub::Input::Uplink(up)));
+                    }
+                    exec::Input::Children(c) => {
+                        let live = c.iter().map(|(link, _, _)| *link).collect();
+                        work.push_back(Work::Event(hub::Input::Children(live)));
+                    }
+                    _ => {}
                 }
                 return work.push_back(Work::Exec(i));
             }
@@ -422,6 +436,16 @@ impl DaemonCore {
             }
             overlay::Output::EventFromAbove(t) => {
                 return work.push_back(Work::Event(hub::Input::FromAbove(t)))
+            }
+            overlay::Output::EventInterest { link, on, seq } => {
+                return work.push_back(Work::Event(hub::Input::ChildInterest {
+                    child: link,
+                    on,
+                    seq,
+                }))
+            }
+            overlay::Output::EventInterestSeen { seq } => {
+                return work.push_back(Work::Event(hub::Input::InterestSeen { seq }))
             }
         };
         self.out.push(out);
@@ -808,13 +832,33 @@ impl DaemonCore {
                 ))),
             },
             hub::Output::ToChildren(ev) => {
-                for link in self.node.child_links() {
+                let links = self.node.child_links();
+                let jobs = self.exec.reaching(&links);
+                for link in links {
+                    let says = self
+                        .node
+                        .link_version(link)
+                        .is_some_and(|v| v >= EVENT_INTEREST);
+                    if self.events.goes_down(&ev, link, jobs.contains(&link), says) {
+                        self.out.push(Output::Net(Io::Send {
+                            link,
+                            frame: Frame::Daemon(DaemonMsg::Event { ev: ev.clone() }),
+                        }));
+                    }
+                }
+            }
+            hub::Output::InterestUp { on, seq } => {
+                if let Some(link) = self.node.uplink() {
                     self.out.push(Output::Net(Io::Send {
                         link,
-                        frame: Frame::Daemon(DaemonMsg::Event { ev: ev.clone() }),
+                        frame: Frame::Daemon(DaemonMsg::Interest { on, seq }),
                     }));
                 }
             }
+            hub::Output::InterestSeen { child, seq } => self.out.push(Output::Net(Io::Send {
+                link: child,
+                frame: Frame::Daemon(DaemonMsg::InterestSeen { seq }),
+            })),
             hub::Output::Log(l) => self.out.push(Output::Log(l)),
         }
     }

@@ -390,6 +390,25 @@ impl JobExec {
         self.jobs.iter().map(|(id, j)| (*id, &j.ranks))
     }
 
+    /// Which of `links` a job's data, add, check or hello answer went down, the job not
+    /// having ended here since: someone below them may run a job (its events go there).
+    /// One pass over the jobs, however many links are asked about.
+    pub fn reaching(&self, links: &[LinkId]) -> BTreeSet<LinkId> {
+        let mut found = BTreeSet::new();
+        let downs = self
+            .jobs
+            .values()
+            .map(|j| &j.down)
+            .chain(self.info_down.values());
+        for down in downs {
+            found.extend(links.iter().filter(|l| down.contains(l)));
+            if found.len() == links.len() {
+                break;
+            }
+        }
+        found
+    }
+
     /// Jobs whose data this daemon holds, added here or not.
     pub fn job_data(&self) -> impl Iterator<Item = JobId> + '_ {
         self.infos.keys().copied()

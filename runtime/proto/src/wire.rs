@@ -30,7 +30,13 @@ pub const MIN_VERSION: u32 = 1;
 /// loses its parent before that confirms to the controller directly.
 /// Version 5: the state-update answering a job-exec hello is marked (`answer`).
 /// Version 6: job-exec names barriers by keys (`exec::BARRIER_KEYS`).
-pub const VERSION: u32 = 6;
+/// Version 7: a daemon says whether a tool below it registered for events
+/// ([`EVENT_INTEREST`]), and events go only down the links that need them.
+pub const VERSION: u32 = 7;
+/// The first version whose daemons send [`DaemonMsg::Interest`] and answer it: a parent
+/// sends events a child of this version or later only when the child's subtree runs a job
+/// or has a tool registered for events; an older child gets every event.
+pub const EVENT_INTEREST: u32 = 7;
 /// Capability bits this build has (none are defined yet; a peer ignores bits it does not
 /// know, and each side uses a capability only when both have it).
 pub const CAPS: u64 = 0;
@@ -228,6 +234,14 @@ crate::tag_first! {
         Unsupported { what: String },
         /// Downward: this parent is leaving the DVM; connect to the next ancestor now.
         Rehome,
+        /// Upward (version 7): whether a tool on the sending daemon or below it has a
+        /// registration for events; `seq` counts the sender's announcements on this link.
+        /// Until a child says `on`, its parent sends it only the events of jobs that run
+        /// below it and the environment's.
+        Interest { on: bool, seq: u64 },
+        /// Downward (version 7): every daemon from this one up to the controller counted the
+        /// child's interest `seq`, so every event raised from now on comes down to it.
+        InterestSeen { seq: u64 },
     }
 }
 

@@ -1,14 +1,18 @@
 //! The events simulator: one `EventHub` per daemon of a radix tree, wired by FIFO links
 //! whose messages are delivered in a seeded random interleaving, with job processes and
 //! tools that connect, register, notify with every range, disconnect and exit at random.
-//! After every step the safety invariants are checked (nobody outside an event's range hears
-//! it; nobody hears one twice); once the network is drained, liveness (every launched
-//! process that is registered at the end and never exited heard every job event its range
-//! gave it, however late it connected).
+//! Each daemon sends a child an event only where the hubs' rule says (a job runs below it,
+//! or a tool below it registered and said so up the tree). After every step the safety
+//! invariants are checked (nobody outside an event's range hears it; nobody hears one
+//! twice); once the network is drained, liveness (every launched process that is
+//! registered at the end and never exited heard every job event its range gave it, however
+//! late it connected; every tool registered at the end had its registration answered, and
+//! heard every event its range gave it that was made after that answer).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use dvmlab_core::event::hub::{EventHub, Input, Link, Output};
+use dvmlab_core::event::interest::Up;
 use dvmlab_core::tree::{RadixTree, Rank};
 use dvmlab_proto::event::{Directives, EventDown, EventUp, Info, Proc, Range, Travelling};
 
@@ -52,6 +56,16 @@ struct Client {
     link: Option<Link>,
     registered: bool,
     exited: bool,
+    /// A tool: how many notifications had been made when its registration was answered.
+    answered: Option<usize>,
+}
+
+/// What travels between two daemons.
+#[derive(Debug, Clone)]
+enum Msg {
+    Event(Travelling),
+    Interest { on: bool, seq: u64 },
+    Seen { seq: u64 },
 }
 
 /// A notification made: by whom, with what range and targets.
@@ -68,7 +82,9 @@ pub struct EventSim {
     hubs: Vec<EventHub>,
     clients: Vec<Client>,
     /// (from, to) -> messages in flight, FIFO like TCP.
-    net: BTreeMap<(Rank, Rank), VecDeque<Travelling>>,
+    net: BTreeMap<(Rank, Rank), VecDeque<Msg>>,
+    /// The ranks whose subtree runs a process of a job (a job's add went down to them).
+    runs_jobs: BTreeSet<Rank>,
     next_link: Link,
     made: Vec<Made>,
     /// Event id -> clients (by index) that heard it.
@@ -97,11 +113,29 @@ impl EventSim {
                     link: None,
                     registered: false,
                     exited: false,
+                    answered: None,
                 });
+            }
+        }
+        let mut runs_jobs = BTreeSet::new();
+        for (rank, _) in local.keys() {
+            let mut r = *rank;
+            runs_jobs.insert(r);
+            while let Some(p) = tree.parent(r) {
+                runs_jobs.insert(p);
+                r = p;
             }
         }
         for ((rank, nspace), ranks) in local {
             hubs[rank as usize].handle(Input::LocalProcs { nspace, ranks });
+        }
+        for (rank, hub) in hubs.iter_mut().enumerate() {
+            let rank = rank as Rank;
+            let children = tree.children(rank).into_iter().map(u64::from).collect();
+            assert!(hub.handle(Input::Children(children)).is_empty());
+            if rank != 0 {
+                assert!(hub.handle(Input::Uplink(Up::Reads)).is_empty());
+            }
         }
         for rank in 0..n {
             clients.push(Client {
@@ -110,6 +144,7 @@ impl EventSim {
                 link: None,
                 registered: false,
                 exited: false,
+                answered: None,
             });
         }
         EventSim {
@@ -117,6 +152,7 @@ impl EventSim {
             hubs,
             clients,
             net: BTreeMap::new(),
+            runs_jobs,
             next_link: 1,
             made: Vec::new(),
             heard: BTreeMap::new(),
@@ -143,6 +179,7 @@ impl EventSim {
                 self.next_link += 1;
                 self.clients[c].link = Some(link);
                 self.clients[c].registered = false;
+                self.clients[c].answered = None;
                 let out = self.hubs[cl.rank as usize].handle(Input::Connected {
                     link,
                     proc: cl.proc,
@@ -219,13 +256,19 @@ impl EventSim {
                     return;
                 }
                 let (from, to) = busy[l % busy.len()];
-                let Some(t) = self.net.get_mut(&(from, to)).and_then(VecDeque::pop_front) else {
+                let Some(m) = self.net.get_mut(&(from, to)).and_then(VecDeque::pop_front) else {
                     return;
                 };
-                let input = if self.tree.parent(to) == Some(from) {
-                    Input::FromAbove(t)
-                } else {
-                    Input::FromBelow(t)
+                let above = self.tree.parent(to) == Some(from);
+                let input = match m {
+                    Msg::Event(t) if above => Input::FromAbove(t),
+                    Msg::Event(t) => Input::FromBelow(t),
+                    Msg::Interest { on, seq } => Input::ChildInterest {
+                        child: from.into(),
+                        on,
+                        seq,
+                    },
+                    Msg::Seen { seq } => Input::InterestSeen { seq },
                 };
                 let out = self.hubs[to as usize].handle(input);
                 self.outputs(to, out);
@@ -238,6 +281,7 @@ impl EventSim {
             return;
         };
         self.clients[c].registered = false;
+        self.clients[c].answered = None;
         let rank = self.clients[c].rank;
         let out = self.hubs[rank as usize].handle(Input::Gone { link });
         self.outputs(rank, out);
@@ -253,31 +297,51 @@ impl EventSim {
         for o in out {
             match o {
                 Output::ToClient { link, down } => self.delivered(link, down),
-                Output::ToParent(t) => {
-                    if let Some(p) = self.tree.parent(at) {
-                        self.net.entry((at, p)).or_default().push_back(t);
-                    } else {
-                        self.violated(format!("rank {at} has no parent but sent up"));
-                    }
-                }
+                Output::ToParent(t) => self.up(at, Msg::Event(t)),
+                Output::InterestUp { on, seq } => self.up(at, Msg::Interest { on, seq }),
                 Output::ToChildren(t) => {
                     for ch in self.tree.children(at) {
-                        self.net.entry((at, ch)).or_default().push_back(t.clone());
+                        let jobs = self.runs_jobs.contains(&ch);
+                        if self.hubs[at as usize].goes_down(&t, ch.into(), jobs, true) {
+                            let m = Msg::Event(t.clone());
+                            self.net.entry((at, ch)).or_default().push_back(m);
+                        }
                     }
                 }
+                Output::InterestSeen { child, seq } => match Rank::try_from(child) {
+                    Ok(ch) if self.tree.parent(ch) == Some(at) => self
+                        .net
+                        .entry((at, ch))
+                        .or_default()
+                        .push_back(Msg::Seen { seq }),
+                    _ => self.violated(format!("rank {at} answered {child}, no child of it")),
+                },
                 Output::Log(_) => {}
             }
+        }
+    }
+
+    fn up(&mut self, at: Rank, m: Msg) {
+        match self.tree.parent(at) {
+            Some(p) => self.net.entry((at, p)).or_default().push_back(m),
+            None => self.violated(format!("rank {at} has no parent but sent up")),
         }
     }
 
     /// Safety, as each delivery happens: the client is in the event's range, and never
     /// hears it twice.
     fn delivered(&mut self, link: Link, down: EventDown) {
-        let EventDown::Deliver { event } = down else {
-            return;
-        };
         let Some(c) = self.clients.iter().position(|k| k.link == Some(link)) else {
-            return self.violated(format!("delivery to link {link}, which no client holds"));
+            return self.violated(format!("{down:?} to link {link}, which no client holds"));
+        };
+        let event = match down {
+            EventDown::Deliver { event } => event,
+            EventDown::Registered { .. } => {
+                let made = self.made.len();
+                self.clients[c].answered.get_or_insert(made);
+                return;
+            }
+            _ => return,
         };
         let Some(id) = event
             .info
@@ -322,14 +386,25 @@ impl EventSim {
 
     /// Liveness, once drained: every job process that never exited and is connected and
     /// registered now heard every job event addressed to it. Those events were kept on its
-    /// node for it, however late it came.
+    /// node for it, however late it came. Every tool registered now had its registration
+    /// answered, and heard every event addressed to it that was made after that.
     pub fn check_liveness(&mut self) {
         for c in 0..self.clients.len() {
             let k = &self.clients[c];
-            if k.proc.is_none() || k.exited || !k.registered {
+            if k.exited || !k.registered {
                 continue;
             }
-            for (id, m) in self.made.clone().into_iter().enumerate() {
+            let since = match (&k.proc, k.answered) {
+                (Some(_), _) => 0,
+                (None, Some(a)) => a,
+                (None, None) => {
+                    return self.violated(format!(
+                        "tool {c} on rank {} registered and was never answered",
+                        k.rank
+                    ))
+                }
+            };
+            for (id, m) in self.made.clone().into_iter().enumerate().skip(since) {
                 let addressed =
                     !matches!(m.range, Range::Rm | Range::ProcLocal) && self.in_range(&m, c);
                 let heard = self.heard.get(&(id as u64)).is_some_and(|h| h.contains(&c));

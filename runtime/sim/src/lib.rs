@@ -22,9 +22,12 @@ use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::{RadixTree, Rank};
 use dvmlab_core::uplink::Policy;
 use dvmlab_proto::contract::MemberState;
+use dvmlab_proto::event::{Directives, EventDown, EventUp};
 use dvmlab_proto::exec::{barrier_count, BARRIER_KEYS};
 use dvmlab_proto::placement::MapBy;
-use dvmlab_proto::wire::{Body, DaemonMsg, Frame, Peer, Submit, ToolReply, ToolRequest};
+use dvmlab_proto::wire::{
+    Body, DaemonMsg, Frame, Peer, Submit, ToolReply, ToolRequest, EVENT_INTEREST,
+};
 use proptest::prelude::*;
 
 /// One simulated millisecond.
@@ -37,6 +40,8 @@ pub const JOB_BARRIERS: u32 = 2;
 pub const TOOL: LinkId = u64::MAX;
 /// Tools submitting jobs have links from here up, one each.
 pub const JOB_TOOLS: LinkId = 1 << 62;
+/// Links of tools that only register for events ([`Sim::event_tool`]) start here.
+pub const EVENT_TOOLS: LinkId = 1 << 61;
 
 /// Something that happens in a simulated run, at a time of its own.
 #[derive(Debug, Clone)]
@@ -200,6 +205,10 @@ pub struct Sim {
     /// When kept: every frame the controller sent, in the order its core said to send them
     /// (to tools and to daemons alike).
     pub controller_sends: Option<Vec<Frame>>,
+    /// When counted: per rank, the events that came down or up to its daemon.
+    pub event_frames: Option<Vec<u32>>,
+    /// What each event tool ([`Sim::event_tool`]) was sent, in order.
+    pub event_downs: BTreeMap<LinkId, Vec<EventDown>>,
 }
 
 impl Sim {
@@ -268,6 +277,8 @@ impl Sim {
             pokes: BTreeSet::new(),
             poked: Vec::new(),
             controller_sends: None,
+            event_frames: None,
+            event_downs: BTreeMap::new(),
         }
     }
 
@@ -457,6 +468,11 @@ impl Sim {
                     self.tool_replies.push(rep);
                 }
             }
+            Output::Net(Io::Send { link, frame }) if (EVENT_TOOLS..JOB_TOOLS).contains(&link) => {
+                if let Frame::EventDown(d) = frame {
+                    self.event_downs.entry(link).or_default().push(d);
+                }
+            }
             Output::Net(Io::Send { link, frame }) if link >= JOB_TOOLS => {
                 if let Frame::ToolReply(rep) = frame {
                     if r == 0 {
@@ -491,6 +507,11 @@ impl Sim {
                     return;
                 };
                 self.check_version(r, peer, &frame);
+                if let (Some(counts), Frame::Daemon(DaemonMsg::Event { .. })) =
+                    (self.event_frames.as_mut(), &frame)
+                {
+                    counts[peer as usize] += 1;
+                }
                 if let Ok(t) = std::env::var("DVMLAB_SIM_TRACE") {
                     match &frame {
                         Frame::Daemon(m @ DaemonMsg::Routed { .. }) => {
@@ -807,6 +828,23 @@ impl Sim {
         self.feed(0, Input::Tool { link: TOOL, req });
     }
 
+    /// A tool connects to the daemon of rank `at` on `link` (from [`EVENT_TOOLS`] on) and
+    /// registers a handler for every event; what it is sent lands in `event_downs`.
+    pub fn event_tool(&mut self, at: Rank, link: LinkId) {
+        let hello = Input::Hello {
+            link,
+            peer: Peer::Tool,
+            version: dvmlab_proto::wire::VERSION,
+        };
+        self.feed(at, hello);
+        let up = EventUp::Register {
+            id: 1,
+            codes: vec![],
+            directives: Directives::default(),
+        };
+        self.feed(at, Input::Event { link, up });
+    }
+
     /// The tool on link `TOOL` says hello to the controller.
     pub fn tool_hello(&mut self) {
         self.feed(
@@ -871,19 +909,19 @@ impl Sim {
     /// barrier's key, or what passed, only where both know keys.
     fn check_version(&mut self, from: Rank, to: Rank, frame: &Frame) {
         let version = self.link_version(from, to);
-        if version >= BARRIER_KEYS {
-            return;
-        }
         let unreadable = match frame {
+            Frame::Daemon(DaemonMsg::Interest { .. } | DaemonMsg::InterestSeen { .. }) => {
+                version < EVENT_INTEREST
+            }
             Frame::Daemon(DaemonMsg::ExecUp {
                 req: ExecUp::Passed { .. },
-            }) => true,
+            }) => version < BARRIER_KEYS,
             Frame::Daemon(DaemonMsg::ExecUp {
                 req: ExecUp::Barrier { seq, .. },
             })
             | Frame::Daemon(DaemonMsg::ExecDown {
                 msg: ExecDown::BarrierDone { seq, .. },
-            }) => barrier_count(*seq) > 0,
+            }) => version < BARRIER_KEYS && barrier_count(*seq) > 0,
             _ => false,
         };
         if unreadable {

@@ -1,10 +1,14 @@
 //! The simulator's runs: a seeded property over boot orders, latencies, crashes, cuts and
 //! jobs, and every minimal failing case it found, kept as a named test.
 
+use std::collections::BTreeSet;
+
+use dvmlab_core::tree::Rank;
+use dvmlab_proto::event::{EventDown, EVENT_JOB_END};
 use dvmlab_proto::wire::ToolReply;
 use dvmlab_sim::{
     scenario, scenario_with_freezes, scenario_with_relays, scenario_with_shrinks, Ev, MoreChaos,
-    Sim, ToolView,
+    Sim, ToolView, EVENT_TOOLS,
 };
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -247,6 +251,50 @@ fn a_connect_to_a_parent_that_dies_before_welcoming_times_out_and_retries() {
         vec![],
     )
     .unwrap();
+}
+
+/// A job's end (`PMIX_EVENT_JOB_END`) goes down only the links below which a job runs, a
+/// tool registered for events, or a daemon too old to say so waits, not to every daemon. In
+/// a radix-2 DVM of eight, a long job runs on rank 3 (below 1), a short one on rank 7 (below
+/// 3), a tool registered on rank 6 (below 2), and rank 4 (below 2) speaks version 6: the
+/// short job's end reaches 1, 3 and 7 for the jobs, 2 and 6 for the tool, 4 for its
+/// version, and never rank 5 (below 1: no job, no tool, version 7).
+#[test]
+fn a_jobs_end_reaches_only_where_jobs_run_tools_registered_or_daemons_cannot_say() {
+    let mut sim = Sim::new(8, 2, Some(1000), vec![1, 2, 1, 3]);
+    sim.versions[4] = 6;
+    for r in 0..8 {
+        sim.at(0, Ev::Boot(r));
+    }
+    sim.run_until(3_000);
+    sim.event_tool(6, EVENT_TOOLS);
+    sim.run_until(3_100);
+    let answered = sim
+        .event_downs
+        .get(&EVENT_TOOLS)
+        .is_some_and(|d| d.contains(&EventDown::Registered { id: 1 }));
+    assert!(answered, "{:?}", sim.event_downs);
+    sim.submit(0, Some(1), Some(vec!["h3".into()]), 1_500);
+    sim.run_until(3_200);
+    sim.event_frames = Some(vec![0; 8]);
+    sim.submit(0, Some(1), Some(vec!["h7".into()]), 10);
+    sim.run_until(3_500);
+    assert_eq!(sim.violation, None);
+    let ended: Vec<u32> = sim.tools.values().map(|t| t.ended).collect();
+    assert_eq!(ended, [0, 1], "{:?}", sim.tools);
+    let heard_end = sim.event_downs[&EVENT_TOOLS]
+        .iter()
+        .any(|d| matches!(d, EventDown::Deliver { event } if event.code == EVENT_JOB_END));
+    assert!(heard_end, "{:?}", sim.event_downs);
+    let woke: BTreeSet<Rank> = sim
+        .event_frames
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(r, _)| r as Rank)
+        .collect();
+    assert_eq!(woke, BTreeSet::from([1, 2, 3, 4, 6, 7]));
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //! a lost node) start at the controller the same way.
 //!
 //! The hub knows which processes of each job run on its node (job-exec tells it), so an
-//! event for a job waits for those that have not connected yet.
+//! event for a job waits for those that have not connected yet. It also keeps this daemon's
+//! [`Interest`]: which child links have a tool below them that registered (the daemon sends
+//! those every event), and whether a tool registering here may be answered yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,6 +18,7 @@ use dvmlab_proto::event::{
     Audience, Event, EventDown, EventUp, Level, Proc, Travelling, RANK_WILDCARD,
 };
 
+use super::interest::{DaemonLink, Interest, Said, Up};
 use super::range::{audience, reach, Reach};
 use super::registry::RegId;
 use super::server::{Delivery, LocalServer};
@@ -58,14 +61,41 @@ pub enum Input {
     },
     /// The runtime raises an event (on the controller).
     Raise(Travelling),
+    /// The upward link changed.
+    Uplink(Up),
+    /// The child links now.
+    Children(BTreeSet<DaemonLink>),
+    /// A child said whether a tool below it holds a registration.
+    ChildInterest {
+        child: DaemonLink,
+        on: bool,
+        seq: u64,
+    },
+    /// The parent counted this daemon's interest `seq`.
+    InterestSeen {
+        seq: u64,
+    },
 }
 
 /// What the shell must do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
-    ToClient { link: Link, down: EventDown },
+    ToClient {
+        link: Link,
+        down: EventDown,
+    },
     ToParent(Travelling),
     ToChildren(Travelling),
+    /// To the parent: whether a tool here or below holds a registration.
+    InterestUp {
+        on: bool,
+        seq: u64,
+    },
+    /// To a child: its interest `seq` is counted up to the controller.
+    InterestSeen {
+        child: DaemonLink,
+        seq: u64,
+    },
     Log(String),
 }
 
@@ -80,6 +110,10 @@ pub struct EventHub {
     local: BTreeMap<String, BTreeSet<u32>>,
     /// A client's registration id (its own numbering) -> the server's.
     ids: BTreeMap<(Link, u64), RegId>,
+    interest: Interest,
+    /// What waits for a tool until its registration may be answered (its answer first),
+    /// in order.
+    held: Vec<(Link, EventDown)>,
 }
 
 impl EventHub {
@@ -92,10 +126,55 @@ impl EventHub {
             procs: BTreeMap::new(),
             local: BTreeMap::new(),
             ids: BTreeMap::new(),
+            interest: Interest::new(rank == 0),
+            held: Vec::new(),
         }
     }
 
+    /// Whether event `t`, on its way down, goes to the child on `link` (see
+    /// [`super::interest`]): the environment's events go everywhere (each daemon keeps the
+    /// last ones for later registrations); the others only where a job runs (`runs_jobs`:
+    /// its processes, and the kept events of those not connected yet, are there) or a tool
+    /// registered, and to every child too old to say (`says` false).
+    pub fn goes_down(&self, t: &Travelling, link: DaemonLink, runs_jobs: bool, says: bool) -> bool {
+        t.event.level == Level::Environment || !says || runs_jobs || self.interest.wants_all(link)
+    }
+
     pub fn handle(&mut self, input: Input) -> Vec<Output> {
+        let mut out = self.handle_inner(input);
+        let here = self.server.tool_registered();
+        self.said(|i, o| i.tools(here, o), &mut out);
+        self.hold(&mut out);
+        out
+    }
+
+    /// Keeps back what goes to a tool whose registration waits to be answered (everything
+    /// for it after its answer, too, so it comes in order), and lets it all go once this
+    /// daemon's interest is counted up to the controller.
+    fn hold(&mut self, out: &mut Vec<Output>) {
+        if !self.held.is_empty() {
+            let held: BTreeSet<Link> = self.held.iter().map(|(l, _)| *l).collect();
+            let mut kept = Vec::with_capacity(out.len());
+            for o in out.drain(..) {
+                match o {
+                    Output::ToClient { link, down } if held.contains(&link) => {
+                        self.held.push((link, down))
+                    }
+                    o => kept.push(o),
+                }
+            }
+            *out = kept;
+        }
+        if self.interest.settled() {
+            out.extend(
+                self.held
+                    .drain(..)
+                    .map(|(link, down)| Output::ToClient { link, down }),
+            );
+        }
+    }
+
+    fn handle_inner(&mut self, input: Input) -> Vec<Output> {
         let mut out = Vec::new();
         match input {
             Input::Connected { link, proc } => {
@@ -126,6 +205,7 @@ impl EventHub {
                     }
                 }
                 self.ids.retain(|(l, _), _| *l != link);
+                self.held.retain(|(l, _)| *l != link);
             }
             Input::FromClient { link, up } => self.client_said(link, up, &mut out),
             Input::FromBelow(t) => self.arrived_up(t, &mut out),
@@ -147,8 +227,23 @@ impl EventHub {
                 self.server.job_ended(&nspace);
             }
             Input::Raise(t) => self.arrived_up(t, &mut out),
+            Input::Uplink(up) => self.said(|i, o| i.uplink(up, o), &mut out),
+            Input::Children(live) => self.said(|i, o| i.children(&live, o), &mut out),
+            Input::ChildInterest { child, on, seq } => {
+                self.said(|i, o| i.child_said(child, on, seq, o), &mut out)
+            }
+            Input::InterestSeen { seq } => self.said(|i, o| i.seen(seq, o), &mut out),
         }
         out
+    }
+
+    fn said(&mut self, f: impl FnOnce(&mut Interest, &mut Vec<Said>), out: &mut Vec<Output>) {
+        let mut said = Vec::new();
+        f(&mut self.interest, &mut said);
+        out.extend(said.into_iter().map(|s| match s {
+            Said::Up { on, seq } => Output::InterestUp { on, seq },
+            Said::Seen { child, seq } => Output::InterestSeen { child, seq },
+        }));
     }
 
     fn client_said(&mut self, link: Link, up: EventUp, out: &mut Vec<Output>) {
@@ -167,10 +262,14 @@ impl EventHub {
             } => match self.server.register(link, codes, directives) {
                 Ok((reg, cached)) => {
                     self.ids.insert((link, id), reg);
-                    out.push(Output::ToClient {
-                        link,
-                        down: EventDown::Registered { id },
-                    });
+                    let answer = EventDown::Registered { id };
+                    // A tool's answer waits until its daemon gets every event (`hold`);
+                    // a job process's job already brings it those of its job.
+                    if self.server.is_tool(link) && !self.interest.settled() {
+                        self.held.push((link, answer));
+                    } else {
+                        out.push(Output::ToClient { link, down: answer });
+                    }
                     deliveries(cached, out)
                 }
                 Err(e) => out.push(Output::ToClient {
@@ -320,8 +419,21 @@ mod tests {
         }
     }
 
+    /// The hub of daemon `rank` under a parent that sends it every event, so that its tools'
+    /// registrations are answered at once (the tests of interest below lift that).
+    fn daemon(rank: u32) -> EventHub {
+        let mut h = EventHub::new(rank, 512);
+        assert!(h.handle(Input::Uplink(Up::Older)).is_empty());
+        h
+    }
+
     fn connect(h: &mut EventHub, link: Link, proc: Option<Proc>) {
         assert!(h.handle(Input::Connected { link, proc }).is_empty());
+        register(h, link);
+    }
+
+    /// Client `link` registers a handler for every event; what the hub says.
+    fn register(h: &mut EventHub, link: Link) -> Vec<Output> {
         h.handle(Input::FromClient {
             link,
             up: EventUp::Register {
@@ -329,7 +441,7 @@ mod tests {
                 codes: vec![],
                 directives: Directives::default(),
             },
-        });
+        })
     }
 
     fn notify(range: Range, targets: Vec<Proc>) -> EventUp {
@@ -355,7 +467,7 @@ mod tests {
 
     #[test]
     fn a_local_range_stays_on_the_node_and_reaches_everyone_there() {
-        let mut h = EventHub::new(1, 512);
+        let mut h = daemon(1);
         connect(&mut h, 1, Some(p("a", 0)));
         connect(&mut h, 2, Some(p("b", 0)));
         connect(&mut h, 3, None);
@@ -371,9 +483,9 @@ mod tests {
 
     #[test]
     fn a_namespace_event_goes_up_then_down_and_reaches_only_that_job() {
-        let mut daemon = EventHub::new(1, 512);
-        connect(&mut daemon, 1, Some(p("a", 0)));
-        let out = daemon.handle(Input::FromClient {
+        let mut first = daemon(1);
+        connect(&mut first, 1, Some(p("a", 0)));
+        let out = first.handle(Input::FromClient {
             link: 1,
             up: notify(Range::Namespace, vec![]),
         });
@@ -389,7 +501,7 @@ mod tests {
         let [Output::ToChildren(t)] = &down[..] else {
             panic!("{down:?}")
         };
-        let mut other = EventHub::new(1, 512);
+        let mut other = daemon(1);
         connect(&mut other, 7, Some(p("a", 1)));
         connect(&mut other, 8, Some(p("b", 0)));
         let got = other.handle(Input::FromAbove(t.clone()));
@@ -399,7 +511,7 @@ mod tests {
 
     #[test]
     fn an_event_for_one_tool_reaches_that_tool_alone_on_its_daemon() {
-        let mut h = EventHub::new(3, 512);
+        let mut h = daemon(3);
         connect(&mut h, 4, None);
         connect(&mut h, 5, None);
         connect(&mut h, 6, Some(p("a", 0)));
@@ -493,7 +605,7 @@ mod tests {
 
     #[test]
     fn a_custom_event_to_a_wildcard_rank_reaches_every_process_of_that_job_and_names_its_tool() {
-        let mut h = EventHub::new(3, 512);
+        let mut h = daemon(3);
         h.handle(Input::LocalProcs {
             nspace: "a".into(),
             ranks: vec![0, 1],
@@ -550,7 +662,7 @@ mod tests {
 
     #[test]
     fn an_oversized_notification_is_refused_and_goes_nowhere() {
-        let mut h = EventHub::new(1, 512);
+        let mut h = daemon(1);
         connect(&mut h, 1, Some(p("a", 0)));
         let out = h.handle(Input::FromClient {
             link: 1,
@@ -595,7 +707,7 @@ mod tests {
 
     #[test]
     fn environment_events_reach_environment_registrations_on_every_node() {
-        let mut h = EventHub::new(1, 512);
+        let mut h = daemon(1);
         connect(&mut h, 1, Some(p("a", 0)));
         h.handle(Input::Connected {
             link: 2,
@@ -626,7 +738,7 @@ mod tests {
 
     #[test]
     fn a_client_deregisters_by_its_own_ids() {
-        let mut h = EventHub::new(1, 512);
+        let mut h = daemon(1);
         h.handle(Input::Connected {
             link: 1,
             proc: None,
@@ -661,5 +773,118 @@ mod tests {
             up: local(-3002),
         });
         assert_eq!(delivered_to(&kept), [1]);
+    }
+
+    /// An event for everyone, of `level`.
+    fn everyone(code: i32, level: Level) -> Travelling {
+        Travelling {
+            audience: Audience::Everyone,
+            event: Event {
+                code,
+                source: None,
+                info: vec![],
+                level,
+            },
+        }
+    }
+
+    #[test]
+    fn a_tools_registration_is_answered_once_the_controller_counted_it_and_what_came_meanwhile_follows(
+    ) {
+        let mut h = EventHub::new(2, 512);
+        assert!(h.handle(Input::Uplink(Up::Reads)).is_empty());
+        assert!(h
+            .handle(Input::Connected {
+                link: 5,
+                proc: None
+            })
+            .is_empty());
+        assert_eq!(
+            register(&mut h, 5),
+            [Output::InterestUp { on: true, seq: 1 }]
+        );
+        // An event for the tool while it waits is held behind its answer.
+        let job_end = everyone(-145, Level::Job);
+        let out = h.handle(Input::FromAbove(job_end));
+        assert!(
+            out.iter().all(|o| !matches!(o, Output::ToClient { .. })),
+            "{out:?}"
+        );
+        let out = h.handle(Input::InterestSeen { seq: 1 });
+        let downs: Vec<&EventDown> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::ToClient { link: 5, down } => Some(down),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            matches!(
+                downs[..],
+                [EventDown::Registered { id: 1 }, EventDown::Deliver { .. }]
+            ),
+            "{out:?}"
+        );
+        // Registered from now on, the next tool is answered at once; the last one gone, the
+        // interest goes with it.
+        h.handle(Input::Connected {
+            link: 6,
+            proc: None,
+        });
+        assert!(register(&mut h, 6).contains(&Output::ToClient {
+            link: 6,
+            down: EventDown::Registered { id: 1 }
+        }));
+        assert!(h.handle(Input::Gone { link: 5 }).is_empty());
+        assert_eq!(
+            h.handle(Input::Gone { link: 6 }),
+            [Output::InterestUp { on: false, seq: 2 }]
+        );
+    }
+
+    #[test]
+    fn a_job_process_is_answered_at_once_and_brings_no_interest() {
+        let mut h = EventHub::new(2, 512);
+        h.handle(Input::Uplink(Up::Reads));
+        h.handle(Input::LocalProcs {
+            nspace: "dvm@1".into(),
+            ranks: vec![0],
+        });
+        h.handle(Input::Connected {
+            link: 5,
+            proc: Some(p("dvm@1", 0)),
+        });
+        assert_eq!(
+            register(&mut h, 5),
+            [Output::ToClient {
+                link: 5,
+                down: EventDown::Registered { id: 1 }
+            }]
+        );
+    }
+
+    #[test]
+    fn a_job_event_goes_down_only_where_a_job_runs_or_a_tool_registered_and_the_environments_everywhere(
+    ) {
+        let mut h = EventHub::new(0, 512);
+        let job = everyone(-145, Level::Job);
+        assert!(!h.goes_down(&job, 4, false, true));
+        assert!(h.goes_down(&job, 4, true, true));
+        // A child too old to say gets everything.
+        assert!(h.goes_down(&job, 4, false, false));
+        assert!(h.goes_down(&everyone(-100, Level::Environment), 4, false, true));
+        assert_eq!(
+            h.handle(Input::ChildInterest {
+                child: 4,
+                on: true,
+                seq: 1
+            }),
+            [Output::InterestSeen { child: 4, seq: 1 }]
+        );
+        assert!(h.goes_down(&job, 4, false, true));
+        assert!(!h.goes_down(&job, 5, false, true));
+        // A child link gone takes its interest with it.
+        h.handle(Input::Children(BTreeSet::from([5])));
+        assert!(!h.goes_down(&job, 4, false, true));
     }
 }

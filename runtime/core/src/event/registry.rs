@@ -109,6 +109,11 @@ impl Registry {
         self.specific.len() + self.group.len() + self.default.len()
     }
 
+    /// Whether it holds no registration.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Registers a handler for `codes` (none: every code); its id. Repeated codes count once.
     pub fn register(
         &mut self,

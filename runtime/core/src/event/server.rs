@@ -120,6 +120,19 @@ impl LocalServer {
         Ok(())
     }
 
+    /// Whether a tool connected here holds a registration: its daemon then needs every
+    /// event that could be for it (see `interest`).
+    pub fn tool_registered(&self) -> bool {
+        self.clients
+            .values()
+            .any(|c| c.proc.is_none() && !c.regs.is_empty())
+    }
+
+    /// Whether `client` is connected as a tool.
+    pub fn is_tool(&self, client: ClientId) -> bool {
+        self.clients.get(&client).is_some_and(|c| c.proc.is_none())
+    }
+
     /// A client went away (its registrations with it).
     pub fn disconnect(&mut self, client: ClientId) {
         self.clients.remove(&client);

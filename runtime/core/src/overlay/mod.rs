@@ -228,6 +228,16 @@ pub enum Output {
     EventFromBelow(dvmlab_proto::event::Travelling),
     /// An event came down from the parent (for this daemon's clients and those below).
     EventFromAbove(dvmlab_proto::event::Travelling),
+    /// The child on `link` said whether a tool below it registered for events.
+    EventInterest {
+        link: LinkId,
+        on: bool,
+        seq: u64,
+    },
+    /// The parent counted this daemon's interest `seq` up to the controller.
+    EventInterestSeen {
+        seq: u64,
+    },
 }
 
 /// Events worth a log line. Job and proc state notes are logged only when the matching
@@ -637,6 +647,12 @@ impl Node {
             }
             DaemonMsg::Event { ev } if from_child => self.emit(Output::EventFromBelow(ev)),
             DaemonMsg::Event { ev } if from_parent => self.emit(Output::EventFromAbove(ev)),
+            DaemonMsg::Interest { on, seq } if from_child => {
+                self.emit(Output::EventInterest { link, on, seq })
+            }
+            DaemonMsg::InterestSeen { seq } if from_parent => {
+                self.emit(Output::EventInterestSeen { seq })
+            }
             DaemonMsg::Unknown if from_child || from_parent => {
                 self.send(
                     link,
