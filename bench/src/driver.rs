@@ -189,7 +189,8 @@ pub struct Plan {
     pub sizes: Vec<usize>,
     /// Jobs timed per DVM (their median is the figure).
     pub job_reps: usize,
-    /// Sequential jobs, on the smallest DVM (0: none).
+    /// Sequential one-process jobs on each DVM (0: none): a small job's cost should not
+    /// grow with the DVM it runs on.
     pub sequential: usize,
     /// Hosts a grow adds, on a DVM of the smallest size (0: no grow or shrink).
     pub grow: usize,
@@ -383,7 +384,7 @@ pub fn measure(rt: &Runtime, plan: &Plan, say: &mut dyn FnMut(&str)) -> Result<M
     let mut m = Measured::default();
     let smallest = plan.sizes.iter().copied().min().unwrap_or(0);
     for &n in &plan.sizes {
-        let seq = if n == smallest { plan.sequential } else { 0 };
+        let seq = plan.sequential;
         say(&format!("{}: {n} nodes", rt.name));
         if crowded(n, floor::cores()) && !rt.profile.daemon.crowded_env.is_empty() {
             let env: Vec<String> = rt

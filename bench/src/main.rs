@@ -57,7 +57,7 @@ enum Cmd {
         /// Jobs timed on each DVM (their median is the DVM's figure).
         #[arg(long, default_value_t = 5)]
         job_reps: usize,
-        /// One-process jobs one after another, on the smallest DVM (0: none).
+        /// One-process jobs one after another, on each DVM (0: none).
         #[arg(long, default_value_t = 200)]
         sequential: usize,
         /// Hosts a grow adds and a shrink removes (0: neither).
