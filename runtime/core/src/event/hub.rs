@@ -112,9 +112,14 @@ pub struct EventHub {
     ids: BTreeMap<(Link, u64), RegId>,
     interest: Interest,
     /// What waits for a tool until its registration may be answered (its answer first),
-    /// in order.
+    /// in order; `held_events` of it are events (at most [`MAX_HELD_EVENTS`]).
     held: Vec<(Link, EventDown)>,
+    held_events: usize,
 }
+
+/// Most events held for tools whose registration waits to be answered (a daemon cut off
+/// from its parent, its local processes notifying): later ones are dropped, and logged.
+pub const MAX_HELD_EVENTS: usize = 512;
 
 impl EventHub {
     /// The hub of the daemon of `rank` (0: the controller), keeping the last `ring`
@@ -128,6 +133,7 @@ impl EventHub {
             ids: BTreeMap::new(),
             interest: Interest::new(rank == 0),
             held: Vec::new(),
+            held_events: 0,
         }
     }
 
@@ -155,17 +161,33 @@ impl EventHub {
         if !self.held.is_empty() {
             let held: BTreeSet<Link> = self.held.iter().map(|(l, _)| *l).collect();
             let mut kept = Vec::with_capacity(out.len());
+            let mut dropped = 0;
             for o in out.drain(..) {
                 match o {
+                    Output::ToClient {
+                        down: EventDown::Deliver { .. },
+                        link,
+                    } if held.contains(&link) && self.held_events >= MAX_HELD_EVENTS => {
+                        dropped += 1;
+                    }
                     Output::ToClient { link, down } if held.contains(&link) => {
+                        if matches!(down, EventDown::Deliver { .. }) {
+                            self.held_events += 1;
+                        }
                         self.held.push((link, down))
                     }
                     o => kept.push(o),
                 }
             }
             *out = kept;
+            if dropped > 0 {
+                out.push(Output::Log(format!(
+                    "{dropped} event(s) for tools waiting for their registration's answer dropped: {MAX_HELD_EVENTS} wait already"
+                )));
+            }
         }
         if self.interest.settled() {
+            self.held_events = 0;
             out.extend(
                 self.held
                     .drain(..)
@@ -206,6 +228,11 @@ impl EventHub {
                 }
                 self.ids.retain(|(l, _), _| *l != link);
                 self.held.retain(|(l, _)| *l != link);
+                self.held_events = self
+                    .held
+                    .iter()
+                    .filter(|(_, d)| matches!(d, EventDown::Deliver { .. }))
+                    .count();
             }
             Input::FromClient { link, up } => self.client_said(link, up, &mut out),
             Input::FromBelow(t) => self.arrived_up(t, &mut out),
@@ -886,5 +913,44 @@ mod tests {
         // A child link gone takes its interest with it.
         h.handle(Input::Children(BTreeSet::from([5])));
         assert!(!h.goes_down(&job, 4, false, true));
+    }
+
+    #[test]
+    fn events_held_for_a_tool_waiting_for_its_answer_are_bounded_and_the_rest_logged() {
+        let mut h = EventHub::new(2, 512);
+        h.handle(Input::Uplink(Up::Reads));
+        h.handle(Input::Connected {
+            link: 5,
+            proc: None,
+        });
+        register(&mut h, 5);
+        let mut logged = 0;
+        for _ in 0..MAX_HELD_EVENTS + 10 {
+            let out = h.handle(Input::FromAbove(everyone(-145, Level::Job)));
+            assert!(out.iter().all(|o| !matches!(o, Output::ToClient { .. })));
+            logged += out.iter().filter(|o| matches!(o, Output::Log(_))).count();
+        }
+        assert_eq!(logged, 10);
+        let out = h.handle(Input::InterestSeen { seq: 1 });
+        let delivered = out
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::ToClient {
+                        link: 5,
+                        down: EventDown::Deliver { .. }
+                    }
+                )
+            })
+            .count();
+        assert_eq!(delivered, MAX_HELD_EVENTS);
+        assert!(matches!(
+            out.first(),
+            Some(Output::ToClient {
+                link: 5,
+                down: EventDown::Registered { id: 1 }
+            })
+        ));
     }
 }
