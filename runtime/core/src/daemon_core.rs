@@ -401,8 +401,17 @@ impl DaemonCore {
                         work.push_back(Work::Event(hub::Input::Uplink(up)));
                     }
                     exec::Input::Children(c) => {
-                        let live = c.iter().map(|(link, _, _)| *link).collect();
-                        work.push_back(Work::Event(hub::Input::Children(live)));
+                        let live: BTreeSet<LinkId> = c.iter().map(|(link, _, _)| *link).collect();
+                        let older = live
+                            .iter()
+                            .copied()
+                            .filter(|l| {
+                                self.node
+                                    .link_version(*l)
+                                    .is_none_or(|v| v < EVENT_INTEREST)
+                            })
+                            .collect();
+                        work.push_back(Work::Event(hub::Input::Children { live, older }));
                     }
                     _ => {}
                 }

@@ -131,8 +131,9 @@ impl EventSim {
         }
         for (rank, hub) in hubs.iter_mut().enumerate() {
             let rank = rank as Rank;
-            let children = tree.children(rank).into_iter().map(u64::from).collect();
-            assert!(hub.handle(Input::Children(children)).is_empty());
+            let live = tree.children(rank).into_iter().map(u64::from).collect();
+            let older = BTreeSet::new();
+            assert!(hub.handle(Input::Children { live, older }).is_empty());
             if rank != 0 {
                 assert!(hub.handle(Input::Uplink(Up::Reads)).is_empty());
             }

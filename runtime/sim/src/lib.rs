@@ -22,7 +22,7 @@ use dvmlab_core::roster::Roster;
 use dvmlab_core::tree::{RadixTree, Rank};
 use dvmlab_core::uplink::Policy;
 use dvmlab_proto::contract::MemberState;
-use dvmlab_proto::event::{Directives, EventDown, EventUp};
+use dvmlab_proto::event::{Directives, EventDown, EventUp, EVENT_JOB_END};
 use dvmlab_proto::exec::{barrier_count, BARRIER_KEYS};
 use dvmlab_proto::placement::MapBy;
 use dvmlab_proto::wire::{
@@ -209,6 +209,9 @@ pub struct Sim {
     pub event_frames: Option<Vec<u32>>,
     /// What each event tool ([`Sim::event_tool`]) was sent, in order.
     pub event_downs: BTreeMap<LinkId, Vec<EventDown>>,
+    /// The event tools whose daemon closed their connection (as one does when its path to
+    /// the controller breaks: replies may have been lost).
+    pub event_tools_closed: BTreeSet<LinkId>,
 }
 
 impl Sim {
@@ -279,6 +282,7 @@ impl Sim {
             controller_sends: None,
             event_frames: None,
             event_downs: BTreeMap::new(),
+            event_tools_closed: BTreeSet::new(),
         }
     }
 
@@ -527,6 +531,13 @@ impl Sim {
                         ) if t == "exec" => {
                             eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
                         }
+                        Frame::Daemon(
+                            m @ (DaemonMsg::Event { .. }
+                            | DaemonMsg::Interest { .. }
+                            | DaemonMsg::InterestSeen { .. }),
+                        ) if t == "events" => {
+                            eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
+                        }
                         _ => {}
                     }
                 }
@@ -557,6 +568,9 @@ impl Sim {
                     }
                     _ => {}
                 }
+            }
+            Output::Net(Io::Close { link }) if (EVENT_TOOLS..JOB_TOOLS).contains(&link) => {
+                self.event_tools_closed.insert(link);
             }
             Output::Net(Io::Close { link }) if link >= JOB_TOOLS => {
                 if let Some(t) = self.tools.get_mut(&link) {
@@ -1188,6 +1202,10 @@ pub struct MoreChaos {
     /// Rank seeds (each taken modulo the size) whose daemons speak the protocol version
     /// before the barrier keys, as daemons not yet upgraded do.
     pub older: Vec<u32>,
+    /// Tools that register for events (time, rank seed) through the chaos. Once it is over,
+    /// each one whose daemon ran throughout must have had its answer, and must hear the end
+    /// of a job submitted then: its interest survived whatever re-homed its daemon.
+    pub event_tools: Vec<(u64, u32)>,
 }
 
 /// One simulated run; see the properties in `tests/simulation.rs`. Job `i` is submitted by
@@ -1221,6 +1239,23 @@ pub fn scenario_with_freezes(
     for (t, fin, down) in more.controller_crashes {
         sim.at(t, Ev::Crash { rank: 0, fin });
         sim.at(t + down, Ev::Boot(0));
+    }
+    let mut event_tools = Vec::new();
+    for (i, &(t, seed)) in more.event_tools.iter().enumerate() {
+        let (rank, link) = (seed % n, EVENT_TOOLS + i as LinkId);
+        let hello = Input::Hello {
+            link,
+            peer: Peer::Tool,
+            version: dvmlab_proto::wire::VERSION,
+        };
+        sim.at(t, Ev::Input(rank, hello));
+        let up = EventUp::Register {
+            id: 1,
+            codes: vec![],
+            directives: Directives::default(),
+        };
+        sim.at(t, Ev::Input(rank, Input::Event { link, up }));
+        event_tools.push((t, rank, link));
     }
     let tree = RadixTree::new(radix, n);
     // An interior rank that boots only after the rest has settled.
@@ -1316,7 +1351,56 @@ pub fn scenario_with_freezes(
         prop_assert!(matches!(p, ToolReply::Ping(r) if r.ok), "{:?}", p);
     }
     sim.tool_replies.clear();
+    heard_by_event_tools(&mut sim, &event_tools)?;
     sim.stop_cleanly().map_err(TestCaseError::fail)
+}
+
+/// Every event tool (registered at time `t` on `rank`, on `link`) whose daemon was running
+/// before it, never restarted since and never closed its connection had its registration
+/// answered, and hears the end of a job submitted now, wherever the job runs.
+fn heard_by_event_tools(sim: &mut Sim, tools: &[(u64, Rank, LinkId)]) -> Result<(), TestCaseError> {
+    let live: Vec<(Rank, LinkId)> = tools
+        .iter()
+        .filter(|(t, r, l)| {
+            sim.alive[*r as usize]
+                && sim.life[*r as usize] < *t
+                && !sim.event_tools_closed.contains(l)
+        })
+        .map(|(_, r, l)| (*r, *l))
+        .collect();
+    if live.is_empty() {
+        return Ok(());
+    }
+    let job_ends = |sim: &Sim, link: LinkId| {
+        sim.event_downs.get(&link).map_or(0, |d| {
+            d.iter()
+                .filter(
+                    |d| matches!(d, EventDown::Deliver { event } if event.code == EVENT_JOB_END),
+                )
+                .count()
+        })
+    };
+    let before: Vec<usize> = live.iter().map(|(_, l)| job_ends(sim, *l)).collect();
+    sim.submit(0, Some(1), None, 10);
+    sim.run_until(sim.now + 10_000);
+    for ((rank, link), before) in live.iter().zip(before) {
+        let answered = sim
+            .event_downs
+            .get(link)
+            .is_some_and(|d| d.contains(&EventDown::Registered { id: 1 }));
+        prop_assert!(
+            answered,
+            "the event tool on rank {} was never answered",
+            rank
+        );
+        prop_assert!(
+            job_ends(sim, *link) > before,
+            "the event tool on rank {} did not hear a job end after its answer: {:?}",
+            rank,
+            sim.event_downs.get(link)
+        );
+    }
+    Ok(())
 }
 
 /// No invariant broke. Every tool heard its job end exactly once (killed by a node failure

@@ -82,10 +82,12 @@ proptest! {
         // Most jobs on one rank: a job that reaches an interior daemon's subtree only
         // through the frozen rank.
         pinned in proptest::collection::vec(prop_oneof![3 => (1u32..40).prop_map(Some), 1 => Just(None)], 12),
+        event_tools in proptest::collection::vec((0u64..25_000, 0u32..40), 0..3),
     ) {
+        let more = MoreChaos { event_tools, ..MoreChaos::default() };
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, pinned,
-            MoreChaos::default(),
+            more,
         )?;
     }
 
@@ -110,6 +112,7 @@ proptest! {
         freezes in proptest::collection::vec((3000u64..22_000, 1u32..32, 500u64..7000), 1..4),
         controller_crashes in proptest::collection::vec((3000u64..20_000, any::<bool>(), 100u64..3000), 0..2),
         older in prop_oneof![3 => Just(vec![]), 1 => proptest::collection::vec(0u32..32, 1..3)],
+        event_tools in proptest::collection::vec((0u64..25_000, 0u32..32), 0..3),
     ) {
         // Daemons older than the barrier keys only where nothing fails: a bare number is
         // never taken for stale, so an end lost below one strands its ranks, as it did
@@ -119,7 +122,7 @@ proptest! {
         } else {
             (vec![], vec![], vec![])
         };
-        let more = MoreChaos { barrier_jobs: true, controller_crashes, older };
+        let more = MoreChaos { barrier_jobs: true, controller_crashes, older, event_tools };
         scenario_with_freezes(
             n, radix, boots, base_latency, None, crashes, vec![], jobs, relays, freezes, vec![],
             more,
@@ -1250,23 +1253,41 @@ fn shrinks_down_one_line_of_the_tree_fail_no_job_below_them() {
 /// Found by the barrier property with controller restarts (random seeds).
 #[test]
 fn a_job_submitted_while_a_subtree_is_frozen_ends_under_a_restarted_controller() {
-    scenario_with_freezes(
+    booted_together(
         20,
         2,
+        vec![(6573, None, 0)],
+        vec![(6001, 1, 3999), (3000, 2, 500)],
+        MoreChaos {
+            barrier_jobs: true,
+            controller_crashes: vec![(8009, false, 2012)],
+            ..MoreChaos::default()
+        },
+    );
+}
+
+/// A run of the freeze scenario with every daemon booted at once, no latency and no crash,
+/// cut or relay: `jobs` and `freezes` (see [`scenario_with_freezes`]) and `more`.
+fn booted_together(
+    n: u32,
+    radix: u32,
+    jobs: Vec<(u64, Option<u32>, u64)>,
+    freezes: Vec<(u64, u32, u64)>,
+    more: MoreChaos,
+) {
+    scenario_with_freezes(
+        n,
+        radix,
         vec![0; 32],
         vec![0; 16],
         None,
         vec![],
         vec![],
-        vec![(6573, None, 0)],
+        jobs,
         vec![],
-        vec![(6001, 1, 3999), (3000, 2, 500)],
+        freezes,
         vec![],
-        MoreChaos {
-            barrier_jobs: true,
-            controller_crashes: vec![(8009, false, 2012)],
-            older: vec![],
-        },
+        more,
     )
     .unwrap();
 }
@@ -1305,6 +1326,7 @@ fn barrier_jobs_end_through_freezes_and_a_controller_restart() {
             barrier_jobs: true,
             controller_crashes: vec![(9287, false, 2012)],
             older: vec![],
+            event_tools: vec![],
         },
     )
     .unwrap();
@@ -1334,8 +1356,29 @@ fn barrier_jobs_end_where_daemons_older_than_the_barrier_keys_take_part() {
                 barrier_jobs: true,
                 controller_crashes: vec![],
                 older,
+                event_tools: vec![],
             },
         )
         .unwrap();
     }
+}
+
+/// Found by the barrier property with event tools: a tool on a daemon older than version 7
+/// (rank 6, below rank 3) is answered at once, as before, and its newer parent cannot hear
+/// from it whether it wants events: the parent must take it for interested, or the
+/// controller sends the parent nothing of a job that runs elsewhere.
+#[test]
+fn a_tool_on_a_daemon_older_than_the_interest_hears_a_job_end_through_its_newer_parent() {
+    booted_together(
+        14,
+        3,
+        vec![(3000, None, 0)],
+        vec![],
+        MoreChaos {
+            barrier_jobs: true,
+            older: vec![6],
+            event_tools: vec![(2, 6)],
+            ..MoreChaos::default()
+        },
+    );
 }

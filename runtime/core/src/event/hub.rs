@@ -63,8 +63,11 @@ pub enum Input {
     Raise(Travelling),
     /// The upward link changed.
     Uplink(Up),
-    /// The child links now.
-    Children(BTreeSet<DaemonLink>),
+    /// The child links now, and those of them older than `wire::EVENT_INTEREST`.
+    Children {
+        live: BTreeSet<DaemonLink>,
+        older: BTreeSet<DaemonLink>,
+    },
     /// A child said whether a tool below it holds a registration.
     ChildInterest {
         child: DaemonLink,
@@ -255,7 +258,9 @@ impl EventHub {
             }
             Input::Raise(t) => self.arrived_up(t, &mut out),
             Input::Uplink(up) => self.said(|i, o| i.uplink(up, o), &mut out),
-            Input::Children(live) => self.said(|i, o| i.children(&live, o), &mut out),
+            Input::Children { live, older } => {
+                self.said(|i, o| i.children(&live, &older, o), &mut out)
+            }
             Input::ChildInterest { child, on, seq } => {
                 self.said(|i, o| i.child_said(child, on, seq, o), &mut out)
             }
@@ -911,7 +916,10 @@ mod tests {
         assert!(h.goes_down(&job, 4, false, true));
         assert!(!h.goes_down(&job, 5, false, true));
         // A child link gone takes its interest with it.
-        h.handle(Input::Children(BTreeSet::from([5])));
+        h.handle(Input::Children {
+            live: BTreeSet::from([5]),
+            older: BTreeSet::new(),
+        });
         assert!(!h.goes_down(&job, 4, false, true));
     }
 

@@ -123,9 +123,18 @@ impl Interest {
         self.answer(out);
     }
 
-    /// The child links now: what gone ones said is forgotten.
-    pub fn children(&mut self, live: &BTreeSet<DaemonLink>, out: &mut Vec<Said>) {
+    /// The child links now, and those of them older than `wire::EVENT_INTEREST`: what gone
+    /// ones said is forgotten, and an older one counts as interested for good (it gets every
+    /// event, and cannot say whether a tool below it wants them, so this daemon must get
+    /// them too).
+    pub fn children(
+        &mut self,
+        live: &BTreeSet<DaemonLink>,
+        older: &BTreeSet<DaemonLink>,
+        out: &mut Vec<Said>,
+    ) {
         self.below.retain(|c| live.contains(c));
+        self.below.extend(older.intersection(live));
         self.waiting.retain(|(c, _)| live.contains(c));
         self.reconsider(out);
     }
@@ -208,11 +217,20 @@ mod tests {
         );
         // Both gone: interest is lost upward.
         said(&mut i, |i, o| i.child_said(7, false, 5, o));
+        let none = BTreeSet::new();
         assert_eq!(
-            said(&mut i, |i, o| i.children(&BTreeSet::new(), o)),
+            said(&mut i, |i, o| i.children(&none, &none, o)),
             [Said::Up { on: false, seq: 2 }]
         );
         assert!(!i.wants_all(8));
+        // A child too old to say is interested for as long as it is a child: what it gets,
+        // this daemon must get.
+        let old = BTreeSet::from([9]);
+        assert_eq!(
+            said(&mut i, |i, o| i.children(&old, &old, o)),
+            [Said::Up { on: true, seq: 3 }]
+        );
+        assert!(i.wants_all(9));
     }
 
     #[test]
