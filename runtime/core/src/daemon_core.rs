@@ -456,6 +456,9 @@ impl DaemonCore {
             overlay::Output::EventInterestSeen { seq } => {
                 return work.push_back(Work::Event(hub::Input::InterestSeen { seq }))
             }
+            overlay::Output::EventInterestAgain => {
+                return work.push_back(Work::Event(hub::Input::InterestAgain))
+            }
         };
         self.out.push(out);
     }
@@ -867,6 +870,10 @@ impl DaemonCore {
             hub::Output::InterestSeen { child, seq } => self.out.push(Output::Net(Io::Send {
                 link: child,
                 frame: Frame::Daemon(DaemonMsg::InterestSeen { seq }),
+            })),
+            hub::Output::InterestAgain { child } => self.out.push(Output::Net(Io::Send {
+                link: child,
+                frame: Frame::Daemon(DaemonMsg::InterestAgain),
             })),
             hub::Output::Log(l) => self.out.push(Output::Log(l)),
         }

@@ -391,10 +391,15 @@ impl JobExec {
     }
 
     /// Which of `links` a job's data, add, check or hello answer went down, the job not
-    /// having ended here since: someone below them may run a job (its events go there).
-    /// One pass over the jobs, however many links are asked about.
+    /// having ended here since, or whose hello is not answered yet (its jobs are not known
+    /// here yet): someone below them may run a job (its events go there). One pass over
+    /// the jobs, however many links are asked about.
     pub fn reaching(&self, links: &[LinkId]) -> BTreeSet<LinkId> {
-        let mut found = BTreeSet::new();
+        let mut found: BTreeSet<LinkId> = links
+            .iter()
+            .copied()
+            .filter(|l| !self.answered.contains(l))
+            .collect();
         let downs = self
             .jobs
             .values()
@@ -2042,6 +2047,22 @@ mod tests {
             }
             self.run();
         }
+    }
+
+    /// A child whose hello is not answered yet may run jobs this daemon does not know of
+    /// yet (a controller that restarted, a parent new to it): events go down to it until
+    /// its hello is answered, and only where jobs run after that.
+    #[test]
+    fn a_child_counts_as_running_jobs_until_its_hello_is_answered() {
+        let mut x = JobExec::new(0, true, RadixTree::new(2, 4));
+        x.handle(Input::Children(vec![(7, 1, [1, 3].into_iter().collect())]));
+        assert_eq!(x.reaching(&[7]), BTreeSet::from([7]));
+        x.handle(Input::Recovered(vec![]));
+        x.handle(Input::Up {
+            link: 7,
+            req: ExecUp::Hello,
+        });
+        assert!(x.reaching(&[7]).is_empty());
     }
 
     #[test]

@@ -242,6 +242,9 @@ crate::tag_first! {
         /// Downward (version 7): every daemon from this one up to the controller counted the
         /// child's interest `seq`, so every event raised from now on comes down to it.
         InterestSeen { seq: u64 },
+        /// Downward (version 7): this daemon's path to the controller changed, so what the
+        /// child said is counted no further than here: say it again (and have yours do so).
+        InterestAgain,
     }
 }
 

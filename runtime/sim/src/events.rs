@@ -66,6 +66,7 @@ enum Msg {
     Event(Travelling),
     Interest { on: bool, seq: u64 },
     Seen { seq: u64 },
+    Again,
 }
 
 /// A notification made: by whom, with what range and targets.
@@ -270,6 +271,7 @@ impl EventSim {
                         seq,
                     },
                     Msg::Seen { seq } => Input::InterestSeen { seq },
+                    Msg::Again => Input::InterestAgain,
                 };
                 let out = self.hubs[to as usize].handle(input);
                 self.outputs(to, out);
@@ -309,16 +311,19 @@ impl EventSim {
                         }
                     }
                 }
-                Output::InterestSeen { child, seq } => match Rank::try_from(child) {
-                    Ok(ch) if self.tree.parent(ch) == Some(at) => self
-                        .net
-                        .entry((at, ch))
-                        .or_default()
-                        .push_back(Msg::Seen { seq }),
-                    _ => self.violated(format!("rank {at} answered {child}, no child of it")),
-                },
+                Output::InterestSeen { child, seq } => self.down(at, child, Msg::Seen { seq }),
+                Output::InterestAgain { child } => self.down(at, child, Msg::Again),
                 Output::Log(_) => {}
             }
+        }
+    }
+
+    fn down(&mut self, at: Rank, child: u64, m: Msg) {
+        match Rank::try_from(child) {
+            Ok(ch) if self.tree.parent(ch) == Some(at) => {
+                self.net.entry((at, ch)).or_default().push_back(m)
+            }
+            _ => self.violated(format!("rank {at} sent {m:?} to {child}, no child of it")),
         }
     }
 

@@ -534,7 +534,8 @@ impl Sim {
                         Frame::Daemon(
                             m @ (DaemonMsg::Event { .. }
                             | DaemonMsg::Interest { .. }
-                            | DaemonMsg::InterestSeen { .. }),
+                            | DaemonMsg::InterestSeen { .. }
+                            | DaemonMsg::InterestAgain),
                         ) if t == "events" => {
                             eprintln!("{:>6} ms r{r} -> r{peer} (link {link}): {m:?}", self.now)
                         }
@@ -924,9 +925,11 @@ impl Sim {
     fn check_version(&mut self, from: Rank, to: Rank, frame: &Frame) {
         let version = self.link_version(from, to);
         let unreadable = match frame {
-            Frame::Daemon(DaemonMsg::Interest { .. } | DaemonMsg::InterestSeen { .. }) => {
-                version < EVENT_INTEREST
-            }
+            Frame::Daemon(
+                DaemonMsg::Interest { .. }
+                | DaemonMsg::InterestSeen { .. }
+                | DaemonMsg::InterestAgain,
+            ) => version < EVENT_INTEREST,
             Frame::Daemon(DaemonMsg::ExecUp {
                 req: ExecUp::Passed { .. },
             }) => version < BARRIER_KEYS,

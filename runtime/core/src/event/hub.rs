@@ -78,6 +78,8 @@ pub enum Input {
     InterestSeen {
         seq: u64,
     },
+    /// The parent's path to the controller changed: say this daemon's interest again.
+    InterestAgain,
 }
 
 /// What the shell must do.
@@ -98,6 +100,11 @@ pub enum Output {
     InterestSeen {
         child: DaemonLink,
         seq: u64,
+    },
+    /// To a child: what it said is counted no further than this daemon; it is to say it
+    /// again.
+    InterestAgain {
+        child: DaemonLink,
     },
     Log(String),
 }
@@ -123,6 +130,9 @@ pub struct EventHub {
 /// Most events held for tools whose registration waits to be answered (a daemon cut off
 /// from its parent, its local processes notifying): later ones are dropped, and logged.
 pub const MAX_HELD_EVENTS: usize = 512;
+/// Most answers held for one such tool (its registration's, and those to what it sent
+/// after without waiting): later ones are dropped, and logged.
+pub const MAX_HELD_ANSWERS: usize = 16;
 
 impl EventHub {
     /// The hub of the daemon of `rank` (0: the controller), keeping the last `ring`
@@ -162,34 +172,47 @@ impl EventHub {
     /// daemon's interest is counted up to the controller.
     fn hold(&mut self, out: &mut Vec<Output>) {
         if !self.held.is_empty() {
-            let held: BTreeSet<Link> = self.held.iter().map(|(l, _)| *l).collect();
+            // Every tool held has its answer first, so each is a key here.
+            let mut answers: BTreeMap<Link, usize> = BTreeMap::new();
+            for (link, down) in &self.held {
+                let n = answers.entry(*link).or_default();
+                *n += usize::from(!matches!(down, EventDown::Deliver { .. }));
+            }
             let mut kept = Vec::with_capacity(out.len());
             let mut dropped = 0;
             for o in out.drain(..) {
-                match o {
-                    Output::ToClient {
-                        down: EventDown::Deliver { .. },
-                        link,
-                    } if held.contains(&link) && self.held_events >= MAX_HELD_EVENTS => {
-                        dropped += 1;
-                    }
-                    Output::ToClient { link, down } if held.contains(&link) => {
-                        if matches!(down, EventDown::Deliver { .. }) {
-                            self.held_events += 1;
-                        }
-                        self.held.push((link, down))
-                    }
-                    o => kept.push(o),
+                let Output::ToClient { link, down } = o else {
+                    kept.push(o);
+                    continue;
+                };
+                let Some(n) = answers.get_mut(&link) else {
+                    kept.push(Output::ToClient { link, down });
+                    continue;
+                };
+                let room = if matches!(down, EventDown::Deliver { .. }) {
+                    let room = self.held_events < MAX_HELD_EVENTS;
+                    self.held_events += usize::from(room);
+                    room
+                } else {
+                    let room = *n < MAX_HELD_ANSWERS;
+                    *n += usize::from(room);
+                    room
+                };
+                if room {
+                    self.held.push((link, down));
+                } else {
+                    dropped += 1;
                 }
             }
             *out = kept;
             if dropped > 0 {
                 out.push(Output::Log(format!(
-                    "{dropped} event(s) for tools waiting for their registration's answer dropped: {MAX_HELD_EVENTS} wait already"
+                    "{dropped} message(s) for tools waiting for their registration's answer dropped: at most {MAX_HELD_EVENTS} events, and {MAX_HELD_ANSWERS} answers a tool, wait"
                 )));
             }
         }
-        if self.interest.settled() {
+        // With no tool registered any more, nothing held has an answer to wait for.
+        if self.interest.settled() || !self.server.tool_registered() {
             self.held_events = 0;
             out.extend(
                 self.held
@@ -265,6 +288,7 @@ impl EventHub {
                 self.said(|i, o| i.child_said(child, on, seq, o), &mut out)
             }
             Input::InterestSeen { seq } => self.said(|i, o| i.seen(seq, o), &mut out),
+            Input::InterestAgain => self.said(|i, o| i.again(o), &mut out),
         }
         out
     }
@@ -275,6 +299,7 @@ impl EventHub {
         out.extend(said.into_iter().map(|s| match s {
             Said::Up { on, seq } => Output::InterestUp { on, seq },
             Said::Seen { child, seq } => Output::InterestSeen { child, seq },
+            Said::Again { child } => Output::InterestAgain { child },
         }));
     }
 
@@ -960,5 +985,65 @@ mod tests {
                 down: EventDown::Registered { id: 1 }
             })
         ));
+    }
+
+    #[test]
+    fn a_tool_that_takes_its_registration_back_before_the_answer_has_it_at_once() {
+        let mut h = EventHub::new(2, 512);
+        h.handle(Input::Uplink(Up::Reads));
+        h.handle(Input::Connected {
+            link: 5,
+            proc: None,
+        });
+        register(&mut h, 5);
+        let out = h.handle(Input::FromClient {
+            link: 5,
+            up: EventUp::Deregister { id: 1 },
+        });
+        assert_eq!(
+            out,
+            [
+                Output::InterestUp { on: false, seq: 2 },
+                Output::ToClient {
+                    link: 5,
+                    down: EventDown::Registered { id: 1 }
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn answers_held_for_a_tool_that_does_not_wait_for_them_are_bounded() {
+        let mut h = EventHub::new(2, 512);
+        h.handle(Input::Uplink(Up::Reads));
+        h.handle(Input::Connected {
+            link: 5,
+            proc: None,
+        });
+        register(&mut h, 5);
+        let mut logged = 0;
+        for _ in 0..MAX_HELD_ANSWERS + 10 {
+            let out = h.handle(Input::FromClient {
+                link: 5,
+                up: notify(Range::Local, vec![]),
+            });
+            assert!(out.iter().all(|o| !matches!(o, Output::ToClient { .. })));
+            logged += out.iter().filter(|o| matches!(o, Output::Log(_))).count();
+        }
+        assert!(logged > 0);
+        let out = h.handle(Input::InterestSeen { seq: 1 });
+        let answers = out
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    Output::ToClient {
+                        link: 5,
+                        down: EventDown::Registered { .. } | EventDown::Notified
+                    }
+                )
+            })
+            .count();
+        assert_eq!(answers, MAX_HELD_ANSWERS);
     }
 }

@@ -36,6 +36,9 @@ pub enum Said {
     Up { on: bool, seq: u64 },
     /// To a child: its interest `seq` is counted up to the controller.
     Seen { child: DaemonLink, seq: u64 },
+    /// To a child: what it said is counted no further up (this daemon has a new parent, or
+    /// none): it is to say it again, and tell its own children the same.
+    Again { child: DaemonLink },
 }
 
 /// See the module documentation.
@@ -45,8 +48,9 @@ pub struct Interest {
     up: Up,
     /// A tool connected here holds a registration.
     tools_here: bool,
-    /// Child links that said `on` last.
+    /// Child links that said `on` last, and those too old to say.
     below: BTreeSet<DaemonLink>,
+    older: BTreeSet<DaemonLink>,
     /// What was last said upward (or would have been, with no parent that reads it), and
     /// its number.
     on: bool,
@@ -65,6 +69,7 @@ impl Interest {
             up: Up::Gone,
             tools_here: false,
             below: BTreeSet::new(),
+            older: BTreeSet::new(),
             on: false,
             seq: 0,
             seen: false,
@@ -83,7 +88,8 @@ impl Interest {
         self.below.contains(&child)
     }
 
-    /// The upward link changed: a new parent knows nothing of this daemon's interest.
+    /// The upward link changed: a new parent knows nothing of this daemon's interest, and
+    /// what the children said is counted no further than here until it knows.
     pub fn uplink(&mut self, up: Up, out: &mut Vec<Said>) {
         self.up = up;
         self.seen = false;
@@ -94,7 +100,16 @@ impl Interest {
                 seq: self.seq,
             });
         }
+        self.waiting.clear();
+        let again = self.below.difference(&self.older);
+        out.extend(again.map(|&child| Said::Again { child }));
         self.answer(out);
+    }
+
+    /// The parent's own interest is counted no further up (it has a new parent): this
+    /// daemon's is to be said again, as to a new parent.
+    pub fn again(&mut self, out: &mut Vec<Said>) {
+        self.uplink(self.up, out);
     }
 
     /// Whether a tool connected here holds a registration now.
@@ -134,7 +149,8 @@ impl Interest {
         out: &mut Vec<Said>,
     ) {
         self.below.retain(|c| live.contains(c));
-        self.below.extend(older.intersection(live));
+        self.older = older.intersection(live).copied().collect();
+        self.below.extend(&self.older);
         self.waiting.retain(|(c, _)| live.contains(c));
         self.reconsider(out);
     }
@@ -259,5 +275,32 @@ mod tests {
         assert!(i.settled());
         assert!(said(&mut i, |i, o| i.child_said(4, true, 1, o))
             .contains(&Said::Seen { child: 4, seq: 1 }));
+    }
+
+    #[test]
+    fn a_new_parent_has_the_children_say_their_interest_again_and_answers_wait_for_it() {
+        let mut i = Interest::new(false);
+        said(&mut i, |i, o| i.uplink(Up::Reads, o));
+        said(&mut i, |i, o| i.child_said(7, true, 1, o));
+        said(&mut i, |i, o| i.seen(1, o));
+        // Child 9 is too old to say: it is never asked.
+        said(&mut i, |i, o| {
+            i.children(&BTreeSet::from([7, 9]), &BTreeSet::from([9]), o)
+        });
+        assert_eq!(
+            said(&mut i, |i, o| i.uplink(Up::Reads, o)),
+            [Said::Up { on: true, seq: 2 }, Said::Again { child: 7 }]
+        );
+        assert!(said(&mut i, |i, o| i.child_said(7, true, 2, o)).is_empty());
+        assert_eq!(
+            said(&mut i, |i, o| i.seen(2, o)),
+            [Said::Seen { child: 7, seq: 2 }]
+        );
+        // The parent's own parent changed: the same, one level down.
+        assert_eq!(
+            said(&mut i, |i, o| i.again(o)),
+            [Said::Up { on: true, seq: 3 }, Said::Again { child: 7 }]
+        );
+        assert!(!i.settled());
     }
 }

@@ -238,6 +238,8 @@ pub enum Output {
     EventInterestSeen {
         seq: u64,
     },
+    /// The parent's path to the controller changed: say this daemon's interest again.
+    EventInterestAgain,
 }
 
 /// Events worth a log line. Job and proc state notes are logged only when the matching
@@ -653,6 +655,7 @@ impl Node {
             DaemonMsg::InterestSeen { seq } if from_parent => {
                 self.emit(Output::EventInterestSeen { seq })
             }
+            DaemonMsg::InterestAgain if from_parent => self.emit(Output::EventInterestAgain),
             DaemonMsg::Unknown if from_child || from_parent => {
                 self.send(
                     link,
