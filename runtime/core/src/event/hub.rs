@@ -832,6 +832,23 @@ mod tests {
         assert_eq!(delivered_to(&kept), [1]);
     }
 
+    /// Daemon 2, under a parent that reads interest, with tool 5 registered and its answer
+    /// held: nothing is counted above yet.
+    fn waiting_tool() -> EventHub {
+        let mut h = EventHub::new(2, 512);
+        assert!(h.handle(Input::Uplink(Up::Reads)).is_empty());
+        let tool = Input::Connected {
+            link: 5,
+            proc: None,
+        };
+        assert!(h.handle(tool).is_empty());
+        assert_eq!(
+            register(&mut h, 5),
+            [Output::InterestUp { on: true, seq: 1 }]
+        );
+        h
+    }
+
     /// An event for everyone, of `level`.
     fn everyone(code: i32, level: Level) -> Travelling {
         Travelling {
@@ -848,18 +865,7 @@ mod tests {
     #[test]
     fn a_tools_registration_is_answered_once_the_controller_counted_it_and_what_came_meanwhile_follows(
     ) {
-        let mut h = EventHub::new(2, 512);
-        assert!(h.handle(Input::Uplink(Up::Reads)).is_empty());
-        assert!(h
-            .handle(Input::Connected {
-                link: 5,
-                proc: None
-            })
-            .is_empty());
-        assert_eq!(
-            register(&mut h, 5),
-            [Output::InterestUp { on: true, seq: 1 }]
-        );
+        let mut h = waiting_tool();
         // An event for the tool while it waits is held behind its answer.
         let job_end = everyone(-145, Level::Job);
         let out = h.handle(Input::FromAbove(job_end));
@@ -950,13 +956,7 @@ mod tests {
 
     #[test]
     fn events_held_for_a_tool_waiting_for_its_answer_are_bounded_and_the_rest_logged() {
-        let mut h = EventHub::new(2, 512);
-        h.handle(Input::Uplink(Up::Reads));
-        h.handle(Input::Connected {
-            link: 5,
-            proc: None,
-        });
-        register(&mut h, 5);
+        let mut h = waiting_tool();
         let mut logged = 0;
         for _ in 0..MAX_HELD_EVENTS + 10 {
             let out = h.handle(Input::FromAbove(everyone(-145, Level::Job)));
@@ -989,13 +989,7 @@ mod tests {
 
     #[test]
     fn a_tool_that_takes_its_registration_back_before_the_answer_has_it_at_once() {
-        let mut h = EventHub::new(2, 512);
-        h.handle(Input::Uplink(Up::Reads));
-        h.handle(Input::Connected {
-            link: 5,
-            proc: None,
-        });
-        register(&mut h, 5);
+        let mut h = waiting_tool();
         let out = h.handle(Input::FromClient {
             link: 5,
             up: EventUp::Deregister { id: 1 },
@@ -1014,13 +1008,7 @@ mod tests {
 
     #[test]
     fn answers_held_for_a_tool_that_does_not_wait_for_them_are_bounded() {
-        let mut h = EventHub::new(2, 512);
-        h.handle(Input::Uplink(Up::Reads));
-        h.handle(Input::Connected {
-            link: 5,
-            proc: None,
-        });
-        register(&mut h, 5);
+        let mut h = waiting_tool();
         let mut logged = 0;
         for _ in 0..MAX_HELD_ANSWERS + 10 {
             let out = h.handle(Input::FromClient {
