@@ -318,15 +318,28 @@ impl EventHub {
                 directives,
             } => match self.server.register(link, codes, directives) {
                 Ok((reg, cached)) => {
-                    self.ids.insert((link, id), reg);
                     let answer = EventDown::Registered { id };
                     // A tool's answer waits until its daemon gets every event (`hold`);
                     // a job process's job already brings it those of its job.
                     if self.server.is_tool(link) && !self.interest.settled() {
+                        let waiting = self
+                            .held
+                            .iter()
+                            .filter(|(l, d)| *l == link && !matches!(d, EventDown::Deliver { .. }))
+                            .count();
+                        if waiting >= MAX_HELD_ANSWERS {
+                            // A tool that does not wait for its answers: the registration is
+                            // not taken, or answers held for it would grow without end.
+                            self.server.deregister(link, reg);
+                            return out.push(Output::Log(format!(
+                                "event tool on link {link}: registration {id} dropped: {MAX_HELD_ANSWERS} answers wait for it already"
+                            )));
+                        }
                         self.held.push((link, answer));
                     } else {
                         out.push(Output::ToClient { link, down: answer });
                     }
+                    self.ids.insert((link, id), reg);
                     deliveries(cached, out)
                 }
                 Err(e) => out.push(Output::ToClient {
@@ -1031,6 +1044,23 @@ mod tests {
                     }
                 )
             })
+            .count();
+        assert_eq!(answers, MAX_HELD_ANSWERS);
+    }
+
+    #[test]
+    fn registrations_of_a_tool_that_does_not_wait_for_their_answers_are_bounded() {
+        let mut h = waiting_tool();
+        let mut logged = 0;
+        for _ in 0..MAX_HELD_ANSWERS + 10 {
+            let out = register(&mut h, 5);
+            logged += out.iter().filter(|o| matches!(o, Output::Log(_))).count();
+        }
+        assert_eq!(logged, 11);
+        let out = h.handle(Input::InterestSeen { seq: 1 });
+        let answers = out
+            .iter()
+            .filter(|o| matches!(o, Output::ToClient { link: 5, .. }))
             .count();
         assert_eq!(answers, MAX_HELD_ANSWERS);
     }
