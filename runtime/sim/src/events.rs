@@ -23,6 +23,8 @@ pub enum Step {
     Connect(usize),
     /// Client `c` registers a default handler, if connected.
     Register(usize),
+    /// Client `c` takes its registration back, if it has one.
+    Deregister(usize),
     /// Client `c` notifies with range `range` (an index into [`RANGES`]); `target` picks a
     /// CUSTOM target among the job processes.
     Notify {
@@ -55,6 +57,10 @@ struct Client {
     proc: Option<Proc>,
     link: Option<Link>,
     registered: bool,
+    /// Its registration's id (each registration gets a new one).
+    reg: u64,
+    /// Answers it waits for (to its registrations and notifications).
+    owed: usize,
     exited: bool,
     /// A tool: how many notifications had been made when its registration was answered.
     answered: Option<usize>,
@@ -87,6 +93,8 @@ pub struct EventSim {
     /// The ranks whose subtree runs a process of a job (a job's add went down to them).
     runs_jobs: BTreeSet<Rank>,
     next_link: Link,
+    /// The last registration id given out.
+    next_reg: u64,
     made: Vec<Made>,
     /// Event id -> clients (by index) that heard it.
     heard: BTreeMap<u64, BTreeSet<usize>>,
@@ -113,6 +121,8 @@ impl EventSim {
                     proc: Some(Proc { nspace, rank: p }),
                     link: None,
                     registered: false,
+                    reg: 0,
+                    owed: 0,
                     exited: false,
                     answered: None,
                 });
@@ -145,6 +155,8 @@ impl EventSim {
                 proc: None,
                 link: None,
                 registered: false,
+                reg: 0,
+                owed: 0,
                 exited: false,
                 answered: None,
             });
@@ -156,6 +168,7 @@ impl EventSim {
             net: BTreeMap::new(),
             runs_jobs,
             next_link: 1,
+            next_reg: 0,
             made: Vec::new(),
             heard: BTreeMap::new(),
             violation: None,
@@ -193,12 +206,27 @@ impl EventSim {
                 let Some(link) = self.clients[c].link else {
                     return;
                 };
-                self.clients[c].registered = true;
+                if self.clients[c].registered {
+                    return;
+                }
+                self.next_reg += 1;
+                let k = &mut self.clients[c];
+                (k.registered, k.reg, k.answered) = (true, self.next_reg, None);
                 let up = EventUp::Register {
-                    id: 1,
+                    id: self.next_reg,
                     codes: vec![],
                     directives: Directives::default(),
                 };
+                self.client_says(c, link, up);
+            }
+            Step::Deregister(c) => {
+                let c = c % nc;
+                let k = &mut self.clients[c];
+                let (Some(link), true) = (k.link, k.registered) else {
+                    return;
+                };
+                (k.registered, k.answered) = (false, None);
+                let up = EventUp::Deregister { id: k.reg };
                 self.client_says(c, link, up);
             }
             Step::Notify { c, range, target } => {
@@ -283,14 +311,17 @@ impl EventSim {
         let Some(link) = self.clients[c].link.take() else {
             return;
         };
-        self.clients[c].registered = false;
-        self.clients[c].answered = None;
+        let k = &mut self.clients[c];
+        (k.registered, k.answered, k.owed) = (false, None, 0);
         let rank = self.clients[c].rank;
         let out = self.hubs[rank as usize].handle(Input::Gone { link });
         self.outputs(rank, out);
     }
 
     fn client_says(&mut self, c: usize, link: Link, up: EventUp) {
+        if !matches!(up, EventUp::Deregister { .. }) {
+            self.clients[c].owed += 1;
+        }
         let rank = self.clients[c].rank;
         let out = self.hubs[rank as usize].handle(Input::FromClient { link, up });
         self.outputs(rank, out);
@@ -340,11 +371,21 @@ impl EventSim {
         let Some(c) = self.clients.iter().position(|k| k.link == Some(link)) else {
             return self.violated(format!("{down:?} to link {link}, which no client holds"));
         };
+        if !matches!(down, EventDown::Deliver { .. }) {
+            let k = &mut self.clients[c];
+            match k.owed.checked_sub(1) {
+                Some(n) => k.owed = n,
+                None => return self.violated(format!("client {c} got {down:?}, unasked")),
+            }
+        }
         let event = match down {
             EventDown::Deliver { event } => event,
-            EventDown::Registered { .. } => {
+            EventDown::Registered { id } => {
                 let made = self.made.len();
-                self.clients[c].answered.get_or_insert(made);
+                let k = &mut self.clients[c];
+                if k.registered && id == k.reg {
+                    k.answered.get_or_insert(made);
+                }
                 return;
             }
             _ => return,
@@ -387,6 +428,26 @@ impl EventSim {
     pub fn drain(&mut self) {
         while self.net.values().any(|q| !q.is_empty()) && self.violation.is_none() {
             self.step(Step::Deliver(0));
+        }
+    }
+
+    /// Once drained, every connected client has every answer it asked for: nothing is held
+    /// back for a tool once nothing is in flight.
+    pub fn check_answered(&mut self) {
+        let owed: Vec<String> = self
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.link.is_some() && k.owed > 0)
+            .map(|(c, k)| {
+                format!(
+                    "client {c} on rank {} waits for {} answer(s)",
+                    k.rank, k.owed
+                )
+            })
+            .collect();
+        if let Some(first) = owed.first() {
+            self.violated(format!("{first} with nothing in flight"));
         }
     }
 

@@ -29,6 +29,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => any::<usize>().prop_map(Step::Connect),
         3 => any::<usize>().prop_map(Step::Register),
+        1 => any::<usize>().prop_map(Step::Deregister),
         3 => (any::<usize>(), any::<usize>(), any::<usize>())
             .prop_map(|(c, range, target)| Step::Notify { c, range, target }),
         1 => any::<usize>().prop_map(Step::Disconnect),
@@ -45,6 +46,9 @@ fn run(n: u32, radix: u32, procs: u32, placement: &[u32], steps: &[Step]) -> Res
             return Err(format!("{v}\nafter {s:?}"));
         }
     }
+    // Nothing in flight: every answer asked for has come.
+    sim.drain();
+    sim.check_answered();
     // Everyone still around registers, then the network drains: liveness.
     for c in 0..(2 * procs + n) as usize {
         sim.step(Step::Connect(c));
