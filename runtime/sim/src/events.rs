@@ -8,6 +8,13 @@
 //! registered at the end and never exited heard every job event its range gave it, however
 //! late it connected; every tool registered at the end had its registration answered, and
 //! heard every event its range gave it that was made after that answer).
+//!
+//! A daemon's link to its parent can also be cut and made again ([`Step::Cut`],
+//! [`Step::Rejoin`]): what was in flight on it is lost, both hubs are told (the child its
+//! path up, the parent its children), and the interest below is said again. Events raised
+//! while a path is cut or being counted again may be lost, as PMIx allows for a failing
+//! daemon; so once any link was cut, liveness covers the events made after every link is
+//! back and the network drained, and every answer must still come.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -38,6 +45,11 @@ pub enum Step {
     Exit(usize),
     /// One message in flight on link `l` (modulo the busy ones) arrives.
     Deliver(usize),
+    /// The link of daemon `r` (modulo the daemons, rank 0 having none) to its parent breaks:
+    /// what is in flight on it is lost.
+    Cut(u32),
+    /// The link of daemon `r` to its parent, if cut, is made again.
+    Rejoin(u32),
 }
 
 pub const RANGES: [Range; 7] = [
@@ -98,6 +110,11 @@ pub struct EventSim {
     made: Vec<Made>,
     /// Event id -> clients (by index) that heard it.
     heard: BTreeMap<u64, BTreeSet<usize>>,
+    /// The daemons whose link to their parent is cut.
+    cut: BTreeSet<Rank>,
+    /// Once a link was cut: how many events had been made when every link was back and
+    /// the network drained ([`EventSim::calm`]); liveness covers those made after.
+    calm_from: Option<usize>,
     /// The first invariant broken.
     pub violation: Option<String>,
 }
@@ -171,6 +188,8 @@ impl EventSim {
             next_reg: 0,
             made: Vec::new(),
             heard: BTreeMap::new(),
+            cut: BTreeSet::new(),
+            calm_from: None,
             violation: None,
         }
     }
@@ -304,6 +323,59 @@ impl EventSim {
                 let out = self.hubs[to as usize].handle(input);
                 self.outputs(to, out);
             }
+            Step::Cut(r) => {
+                let r = r % self.tree.size();
+                let Some(parent) = self.tree.parent(r) else {
+                    return;
+                };
+                if !self.cut.insert(r) {
+                    return;
+                }
+                self.calm_from.get_or_insert(0);
+                self.net.remove(&(r, parent));
+                self.net.remove(&(parent, r));
+                let out = self.hubs[r as usize].handle(Input::Uplink(Up::Gone));
+                self.outputs(r, out);
+                self.children_changed(parent);
+            }
+            Step::Rejoin(r) => {
+                let r = r % self.tree.size();
+                let Some(parent) = self.tree.parent(r) else {
+                    return;
+                };
+                if !self.cut.remove(&r) {
+                    return;
+                }
+                self.children_changed(parent);
+                let out = self.hubs[r as usize].handle(Input::Uplink(Up::Reads));
+                self.outputs(r, out);
+            }
+        }
+    }
+
+    /// Tells daemon `at` which of its children's links are up.
+    fn children_changed(&mut self, at: Rank) {
+        let live = self
+            .tree
+            .children(at)
+            .into_iter()
+            .filter(|c| !self.cut.contains(c))
+            .map(u64::from)
+            .collect();
+        let older = BTreeSet::new();
+        let out = self.hubs[at as usize].handle(Input::Children { live, older });
+        self.outputs(at, out);
+    }
+
+    /// Makes every cut link again and drains the network; from here on, once a link was
+    /// cut, liveness is checked again.
+    pub fn calm(&mut self) {
+        for r in self.cut.clone() {
+            self.step(Step::Rejoin(r));
+        }
+        self.drain();
+        if let Some(from) = self.calm_from.as_mut() {
+            *from = self.made.len();
         }
     }
 
@@ -335,6 +407,9 @@ impl EventSim {
                 Output::InterestUp { on, seq } => self.up(at, Msg::Interest { on, seq }),
                 Output::ToChildren(t) => {
                     for ch in self.tree.children(at) {
+                        if self.cut.contains(&ch) {
+                            continue;
+                        }
                         let jobs = self.runs_jobs.contains(&ch);
                         if self.hubs[at as usize].goes_down(&t, ch.into(), jobs, true) {
                             let m = Msg::Event(t.clone());
@@ -351,6 +426,9 @@ impl EventSim {
 
     fn down(&mut self, at: Rank, child: u64, m: Msg) {
         match Rank::try_from(child) {
+            Ok(ch) if self.cut.contains(&ch) => self.violated(format!(
+                "rank {at} sent {m:?} to {child}, whose link is cut"
+            )),
             Ok(ch) if self.tree.parent(ch) == Some(at) => {
                 self.net.entry((at, ch)).or_default().push_back(m)
             }
@@ -360,6 +438,8 @@ impl EventSim {
 
     fn up(&mut self, at: Rank, m: Msg) {
         match self.tree.parent(at) {
+            // Sent into a link that is down: lost, as on a broken connection.
+            Some(_) if self.cut.contains(&at) => {}
             Some(p) => self.net.entry((at, p)).or_default().push_back(m),
             None => self.violated(format!("rank {at} has no parent but sent up")),
         }
@@ -462,8 +542,8 @@ impl EventSim {
                 continue;
             }
             let since = match (&k.proc, k.answered) {
-                (Some(_), _) => 0,
-                (None, Some(a)) => a,
+                (Some(_), _) => self.calm_from.unwrap_or(0),
+                (None, Some(a)) => a.max(self.calm_from.unwrap_or(0)),
                 (None, None) => {
                     return self.violated(format!(
                         "tool {c} on rank {} registered and was never answered",

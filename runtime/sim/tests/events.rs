@@ -1,7 +1,9 @@
 //! The events simulator's runs (`dvmlab_sim::events`): daemons' event hubs in a tree,
 //! clients connecting, registering, notifying with every range, leaving and exiting in a
 //! seeded random order, messages arriving in a random interleaving. Safety is checked after
-//! every step, liveness once the network is drained.
+//! every step, liveness once the network is drained. Links to parents break and come back
+//! (`Step::Cut`, `Step::Rejoin`): once every link is back, every answer still comes and the
+//! events made from then on reach everyone in their range.
 
 use dvmlab_sim::events::{EventSim, Step};
 use proptest::prelude::*;
@@ -35,6 +37,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => any::<usize>().prop_map(Step::Disconnect),
         1 => any::<usize>().prop_map(Step::Exit),
         6 => any::<usize>().prop_map(Step::Deliver),
+        1 => any::<u32>().prop_map(Step::Cut),
+        1 => any::<u32>().prop_map(Step::Rejoin),
     ]
 }
 
@@ -46,15 +50,26 @@ fn run(n: u32, radix: u32, procs: u32, placement: &[u32], steps: &[Step]) -> Res
             return Err(format!("{v}\nafter {s:?}"));
         }
     }
-    // Nothing in flight: every answer asked for has come.
-    sim.drain();
+    // Every link back, nothing in flight: every answer asked for has come.
+    sim.calm();
     sim.check_answered();
-    // Everyone still around registers, then the network drains: liveness.
-    for c in 0..(2 * procs + n) as usize {
+    // Everyone still around registers and every one notifies once, then the network
+    // drains: liveness.
+    let clients = (2 * procs + n) as usize;
+    for c in 0..clients {
         sim.step(Step::Connect(c));
         sim.step(Step::Register(c));
     }
     sim.drain();
+    for c in 0..clients {
+        sim.step(Step::Notify {
+            c,
+            range: c,
+            target: c,
+        });
+    }
+    sim.drain();
+    sim.check_answered();
     sim.check_liveness();
     sim.violation.map_or(Ok(()), Err)
 }

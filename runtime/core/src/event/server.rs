@@ -63,6 +63,14 @@ struct Client {
     regs: Registry,
 }
 
+impl Client {
+    /// Whether it is a tool holding a registration (what [`LocalServer::tool_registered`]
+    /// counts).
+    fn registered_tool(&self) -> bool {
+        self.proc.is_none() && !self.regs.is_empty()
+    }
+}
+
 #[derive(Debug)]
 struct Kept {
     seq: u64,
@@ -87,6 +95,9 @@ pub struct LocalServer {
     ring: VecDeque<Ringed>,
     ring_size: usize,
     seq: u64,
+    /// How many clients are tools holding a registration: asked after every input the
+    /// daemon's hub takes, so kept rather than counted over up to [`MAX_CLIENTS`] clients.
+    registered_tools: usize,
     /// Job events dropped from a full per-job store, for the log and the status.
     pub dropped: u64,
 }
@@ -100,8 +111,35 @@ impl LocalServer {
             ring: VecDeque::new(),
             ring_size: ring_size.max(1),
             seq: 0,
+            registered_tools: 0,
             dropped: 0,
         }
+    }
+
+    /// Keeps [`Self::registered_tools`] as `client` changes from counting `before`.
+    fn recount(&mut self, client: ClientId, before: bool) {
+        let after = self
+            .clients
+            .get(&client)
+            .is_some_and(Client::registered_tool);
+        match (before, after) {
+            (false, true) => self.registered_tools += 1,
+            (true, false) => self.registered_tools -= 1,
+            _ => {}
+        }
+        debug_assert_eq!(
+            self.registered_tools,
+            self.clients
+                .values()
+                .filter(|c| c.registered_tool())
+                .count()
+        );
+    }
+
+    fn counted(&self, client: ClientId) -> bool {
+        self.clients
+            .get(&client)
+            .is_some_and(Client::registered_tool)
     }
 
     /// A client connected: job process `proc`, or a tool. Kept job events wait for its
@@ -110,6 +148,7 @@ impl LocalServer {
         if !self.clients.contains_key(&client) && self.clients.len() >= MAX_CLIENTS {
             return Err(ServerError::TooManyClients { limit: MAX_CLIENTS });
         }
+        let before = self.counted(client);
         self.clients.insert(
             client,
             Client {
@@ -117,15 +156,14 @@ impl LocalServer {
                 regs: Registry::new(),
             },
         );
+        self.recount(client, before);
         Ok(())
     }
 
     /// Whether a tool connected here holds a registration: its daemon then needs every
     /// event that could be for it (see `interest`).
     pub fn tool_registered(&self) -> bool {
-        self.clients
-            .values()
-            .any(|c| c.proc.is_none() && !c.regs.is_empty())
+        self.registered_tools > 0
     }
 
     /// Whether `client` is connected as a tool.
@@ -135,7 +173,9 @@ impl LocalServer {
 
     /// A client went away (its registrations with it).
     pub fn disconnect(&mut self, client: ClientId) {
+        let before = self.counted(client);
         self.clients.remove(&client);
+        self.recount(client, before);
         for r in &mut self.ring {
             r.had.remove(&client);
         }
@@ -149,6 +189,7 @@ impl LocalServer {
         codes: Vec<Status>,
         directives: Directives,
     ) -> Result<(RegId, Vec<Delivery>), ServerError> {
+        let before = self.counted(client);
         let c = self
             .clients
             .get_mut(&client)
@@ -157,6 +198,10 @@ impl LocalServer {
             .regs
             .register(codes, directives)
             .map_err(ServerError::Register)?;
+        self.recount(client, before);
+        let Some(c) = self.clients.get(&client) else {
+            return Err(ServerError::UnknownClient(client));
+        };
         let mut out = Vec::new();
         if let Some(p) = c.proc.clone() {
             if let Some(list) = self.kept.get_mut(&p.nspace) {
@@ -189,9 +234,13 @@ impl LocalServer {
 
     /// `client` removed registration `reg`; whether it had it.
     pub fn deregister(&mut self, client: ClientId, reg: RegId) -> bool {
-        self.clients
+        let before = self.counted(client);
+        let had = self
+            .clients
             .get_mut(&client)
-            .is_some_and(|c| c.regs.deregister(reg))
+            .is_some_and(|c| c.regs.deregister(reg));
+        self.recount(client, before);
+        had
     }
 
     /// A job event for the local processes `ranks` of job `event`'s namespace `nspace`:
@@ -420,6 +469,35 @@ mod tests {
             again.iter().map(|d| d.event.code).collect::<Vec<_>>(),
             [-232, -234]
         );
+    }
+
+    #[test]
+    fn a_tool_counts_as_registered_from_its_first_registration_to_its_last_or_its_going() {
+        let mut s = LocalServer::new(DEFAULT_RING);
+        let job = proc("job", 0);
+        s.connect(1, job.clone()).unwrap();
+        s.register(1, vec![], Directives::default()).unwrap();
+        assert!(!s.tool_registered(), "a job process is not a tool");
+        s.connect(2, None).unwrap();
+        assert!(!s.tool_registered(), "a tool with no registration");
+        let (a, _) = s.register(2, vec![-7], Directives::default()).unwrap();
+        let (b, _) = s.register(2, vec![-8], Directives::default()).unwrap();
+        assert!(s.tool_registered());
+        assert!(s.deregister(2, a));
+        assert!(s.tool_registered(), "one registration left");
+        assert!(s.deregister(2, b));
+        assert!(!s.tool_registered());
+        s.register(2, vec![], Directives::default()).unwrap();
+        s.connect(3, None).unwrap();
+        s.register(3, vec![], Directives::default()).unwrap();
+        s.disconnect(2);
+        assert!(s.tool_registered(), "tool 3 is still there");
+        // The same id connecting again is a new client, without the old one's registrations.
+        s.connect(3, None).unwrap();
+        assert!(!s.tool_registered());
+        s.register(3, vec![], Directives::default()).unwrap();
+        s.connect(3, job).unwrap();
+        assert!(!s.tool_registered(), "connected again as a job process");
     }
 
     #[test]
