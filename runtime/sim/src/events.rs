@@ -11,10 +11,12 @@
 //!
 //! A daemon's link to its parent can also be cut and made again ([`Step::Cut`],
 //! [`Step::Rejoin`]): what was in flight on it is lost, both hubs are told (the child its
-//! path up, the parent its children), and the interest below is said again. Events raised
-//! while a path is cut or being counted again may be lost, as PMIx allows for a failing
-//! daemon; so once any link was cut, liveness covers the events made after every link is
-//! back and the network drained, and every answer must still come.
+//! path up, the parent its children), and the interest below is said again. Liveness then
+//! excuses exactly what PMIx allows a failing daemon to lose: an event whose copy was
+//! dropped on a cut link, and, for a tool answered before a link on its path was cut, the
+//! events in flight at that cut or made after it until the tree is whole again and no
+//! interest is in flight (its path being counted again). A tool answered after a cut is owed every later event,
+//! and once every link is back and the network drained every answer must have come.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -48,7 +50,7 @@ pub enum Step {
     /// The link of daemon `r` (modulo the daemons, rank 0 having none) to its parent breaks:
     /// what is in flight on it is lost.
     Cut(u32),
-    /// The link of daemon `r` to its parent, if cut, is made again.
+    /// One of the cut links (`r` modulo them), if any, is made again.
     Rejoin(u32),
 }
 
@@ -76,6 +78,10 @@ struct Client {
     exited: bool,
     /// A tool: how many notifications had been made when its registration was answered.
     answered: Option<usize>,
+    /// A tool answered before a link on its path was cut: the notifications in flight at
+    /// each such cut or made after it until the tree was settled again (the last one open
+    /// while it is not), which may miss it.
+    excused: Vec<(usize, Option<usize>)>,
 }
 
 /// What travels between two daemons.
@@ -112,9 +118,8 @@ pub struct EventSim {
     heard: BTreeMap<u64, BTreeSet<usize>>,
     /// The daemons whose link to their parent is cut.
     cut: BTreeSet<Rank>,
-    /// Once a link was cut: how many events had been made when every link was back and
-    /// the network drained ([`EventSim::calm`]); liveness covers those made after.
-    calm_from: Option<usize>,
+    /// Events of which a copy was dropped on a cut link.
+    lost: BTreeSet<u64>,
     /// The first invariant broken.
     pub violation: Option<String>,
 }
@@ -142,6 +147,7 @@ impl EventSim {
                     owed: 0,
                     exited: false,
                     answered: None,
+                    excused: Vec::new(),
                 });
             }
         }
@@ -176,6 +182,7 @@ impl EventSim {
                 owed: 0,
                 exited: false,
                 answered: None,
+                excused: Vec::new(),
             });
         }
         EventSim {
@@ -189,7 +196,7 @@ impl EventSim {
             made: Vec::new(),
             heard: BTreeMap::new(),
             cut: BTreeSet::new(),
-            calm_from: None,
+            lost: BTreeSet::new(),
             violation: None,
         }
     }
@@ -201,6 +208,11 @@ impl EventSim {
     }
 
     pub fn step(&mut self, s: Step) {
+        self.take_step(s);
+        self.settle_excuses();
+    }
+
+    fn take_step(&mut self, s: Step) {
         let nc = self.clients.len();
         match s {
             Step::Connect(c) => {
@@ -214,6 +226,7 @@ impl EventSim {
                 self.clients[c].link = Some(link);
                 self.clients[c].registered = false;
                 self.clients[c].answered = None;
+                self.clients[c].excused.clear();
                 let out = self.hubs[cl.rank as usize].handle(Input::Connected {
                     link,
                     proc: cl.proc,
@@ -231,6 +244,7 @@ impl EventSim {
                 self.next_reg += 1;
                 let k = &mut self.clients[c];
                 (k.registered, k.reg, k.answered) = (true, self.next_reg, None);
+                k.excused.clear();
                 let up = EventUp::Register {
                     id: self.next_reg,
                     codes: vec![],
@@ -245,6 +259,7 @@ impl EventSim {
                     return;
                 };
                 (k.registered, k.answered) = (false, None);
+                k.excused.clear();
                 let up = EventUp::Deregister { id: k.reg };
                 self.client_says(c, link, up);
             }
@@ -331,21 +346,48 @@ impl EventSim {
                 if !self.cut.insert(r) {
                     return;
                 }
-                self.calm_from.get_or_insert(0);
-                self.net.remove(&(r, parent));
-                self.net.remove(&(parent, r));
+                for q in [(r, parent), (parent, r)] {
+                    for m in self.net.remove(&q).unwrap_or_default() {
+                        if let Msg::Event(t) = m {
+                            self.lost.extend(event_id(&t));
+                        }
+                    }
+                }
+                // What is on its way may have to pass the cut path too.
+                let made = self
+                    .net
+                    .values()
+                    .flatten()
+                    .filter_map(|m| match m {
+                        Msg::Event(t) => event_id(t),
+                        _ => None,
+                    })
+                    .map(|id| id as usize)
+                    .fold(self.made.len(), usize::min);
+                let tree = self.tree;
+                for k in &mut self.clients {
+                    let open = k.excused.last().is_some_and(|(_, end)| end.is_none());
+                    if k.proc.is_none()
+                        && k.answered.is_some()
+                        && !open
+                        && tree.is_ancestor_or_self(r, k.rank)
+                    {
+                        k.excused.push((made, None));
+                    }
+                }
                 let out = self.hubs[r as usize].handle(Input::Uplink(Up::Gone));
                 self.outputs(r, out);
                 self.children_changed(parent);
             }
             Step::Rejoin(r) => {
-                let r = r % self.tree.size();
+                let cut: Vec<Rank> = self.cut.iter().copied().collect();
+                let Some(&r) = cut.get(r as usize % cut.len().max(1)) else {
+                    return;
+                };
                 let Some(parent) = self.tree.parent(r) else {
                     return;
                 };
-                if !self.cut.remove(&r) {
-                    return;
-                }
+                self.cut.remove(&r);
                 self.children_changed(parent);
                 let out = self.hubs[r as usize].handle(Input::Uplink(Up::Reads));
                 self.outputs(r, out);
@@ -367,15 +409,34 @@ impl EventSim {
         self.outputs(at, out);
     }
 
-    /// Makes every cut link again and drains the network; from here on, once a link was
-    /// cut, liveness is checked again.
+    /// Makes every cut link again and drains the network.
     pub fn calm(&mut self) {
-        for r in self.cut.clone() {
-            self.step(Step::Rejoin(r));
+        while !self.cut.is_empty() {
+            self.step(Step::Rejoin(0));
         }
         self.drain();
-        if let Some(from) = self.calm_from.as_mut() {
-            *from = self.made.len();
+    }
+
+    /// Once the tree is whole and no interest is in flight, every path is counted again:
+    /// the tools' excused stretches end.
+    fn settle_excuses(&mut self) {
+        let open = self
+            .clients
+            .iter()
+            .any(|k| k.excused.last().is_some_and(|(_, end)| end.is_none()));
+        let interest_in_flight = self
+            .net
+            .values()
+            .flatten()
+            .any(|m| !matches!(m, Msg::Event(_)));
+        if !open || !self.cut.is_empty() || interest_in_flight {
+            return;
+        }
+        let made = self.made.len();
+        for k in &mut self.clients {
+            if let Some((_, end @ None)) = k.excused.last_mut() {
+                *end = Some(made);
+            }
         }
     }
 
@@ -385,6 +446,7 @@ impl EventSim {
         };
         let k = &mut self.clients[c];
         (k.registered, k.answered, k.owed) = (false, None, 0);
+        k.excused.clear();
         let rank = self.clients[c].rank;
         let out = self.hubs[rank as usize].handle(Input::Gone { link });
         self.outputs(rank, out);
@@ -407,11 +469,13 @@ impl EventSim {
                 Output::InterestUp { on, seq } => self.up(at, Msg::Interest { on, seq }),
                 Output::ToChildren(t) => {
                     for ch in self.tree.children(at) {
-                        if self.cut.contains(&ch) {
+                        let jobs = self.runs_jobs.contains(&ch);
+                        if !self.hubs[at as usize].goes_down(&t, ch.into(), jobs, true) {
                             continue;
                         }
-                        let jobs = self.runs_jobs.contains(&ch);
-                        if self.hubs[at as usize].goes_down(&t, ch.into(), jobs, true) {
+                        if self.cut.contains(&ch) {
+                            self.lost.extend(event_id(&t));
+                        } else {
                             let m = Msg::Event(t.clone());
                             self.net.entry((at, ch)).or_default().push_back(m);
                         }
@@ -439,7 +503,11 @@ impl EventSim {
     fn up(&mut self, at: Rank, m: Msg) {
         match self.tree.parent(at) {
             // Sent into a link that is down: lost, as on a broken connection.
-            Some(_) if self.cut.contains(&at) => {}
+            Some(_) if self.cut.contains(&at) => {
+                if let Msg::Event(t) = &m {
+                    self.lost.extend(event_id(t));
+                }
+            }
             Some(p) => self.net.entry((at, p)).or_default().push_back(m),
             None => self.violated(format!("rank {at} has no parent but sent up")),
         }
@@ -470,12 +538,7 @@ impl EventSim {
             }
             _ => return,
         };
-        let Some(id) = event
-            .info
-            .iter()
-            .find(|i| i.key == "id")
-            .and_then(|i| i.value.as_u64())
-        else {
+        let Some(id) = id_of(&event) else {
             return;
         };
         let m = self.made[id as usize].clone();
@@ -534,7 +597,9 @@ impl EventSim {
     /// Liveness, once drained: every job process that never exited and is connected and
     /// registered now heard every job event addressed to it. Those events were kept on its
     /// node for it, however late it came. Every tool registered now had its registration
-    /// answered, and heard every event addressed to it that was made after that.
+    /// answered, and heard every event addressed to it that was made after that. Excused:
+    /// an event a copy of which was dropped on a cut link, and for a tool the events made
+    /// while its path was being counted again after a cut (see the module documentation).
     pub fn check_liveness(&mut self) {
         for c in 0..self.clients.len() {
             let k = &self.clients[c];
@@ -542,8 +607,8 @@ impl EventSim {
                 continue;
             }
             let since = match (&k.proc, k.answered) {
-                (Some(_), _) => self.calm_from.unwrap_or(0),
-                (None, Some(a)) => a.max(self.calm_from.unwrap_or(0)),
+                (Some(_), _) => 0,
+                (None, Some(a)) => a,
                 (None, None) => {
                     return self.violated(format!(
                         "tool {c} on rank {} registered and was never answered",
@@ -552,8 +617,14 @@ impl EventSim {
                 }
             };
             for (id, m) in self.made.clone().into_iter().enumerate().skip(since) {
-                let addressed =
-                    !matches!(m.range, Range::Rm | Range::ProcLocal) && self.in_range(&m, c);
+                let excused = self.lost.contains(&(id as u64))
+                    || self.clients[c]
+                        .excused
+                        .iter()
+                        .any(|&(from, to)| id >= from && to.is_none_or(|to| id < to));
+                let addressed = !matches!(m.range, Range::Rm | Range::ProcLocal)
+                    && self.in_range(&m, c)
+                    && !excused;
                 let heard = self.heard.get(&(id as u64)).is_some_and(|h| h.contains(&c));
                 if addressed && !heard {
                     return self.violated(format!(
@@ -564,4 +635,17 @@ impl EventSim {
             }
         }
     }
+}
+
+/// The number the simulator gave a notification (its `id` info).
+fn id_of(event: &dvmlab_proto::event::Event) -> Option<u64> {
+    event
+        .info
+        .iter()
+        .find(|i| i.key == "id")
+        .and_then(|i| i.value.as_u64())
+}
+
+fn event_id(t: &Travelling) -> Option<u64> {
+    id_of(&t.event)
 }
