@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 SKIPS := $(CURDIR)/target/dvmlab-skipped.txt
 
-.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci soak-broken bench bench-compare bench-pair bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
+.PHONY: fuzz fuzz-smoke demo test lint soak soak-ci soak-broken bench bench-compare bench-pair bench-anatomy bench-peers bench-scale bench-readme build gc clean conformance conformance-matrix conformance-adapter conformance-probe conformance-docker-tree conformance-openpmix traceability lab lab-bins lab-image lab-swarm lab-down lab-test
 
 ## Build, stand up an 8-node DVM (netns hosts as root, loopback processes otherwise), show it, stop it.
 demo: build
@@ -109,6 +109,13 @@ PAIR_SIZES ?= 32,128
 PAIRS ?= 40
 bench-pair:
 	$(BENCH) pair $(foreach p,$(PROFILES),--profile $(p)) --sizes $(PAIR_SIZES) --pairs $(PAIRS)
+
+## Where a job's time goes: jobs on a held DVM, each beside a run of its floor, the CPU of both
+## split by who ran it (daemons by their place in the tree, the tool, the programs).
+ANATOMY_SIZES ?= 32,128
+ANATOMY_JOBS ?= 20
+bench-anatomy:
+	$(BENCH) anatomy --profile $(PROFILE) --sizes $(ANATOMY_SIZES) --jobs $(ANATOMY_JOBS)
 
 ## dvmlab against Open MPI's mpirun (Debian's openmpi-bin), one-shot work on the same hosts.
 bench-peers:

@@ -27,8 +27,9 @@ use dvmlab_harness::{wait_until, Cluster};
 
 use crate::stats::median;
 
-/// Set on a worker process: `spawn COUNT PROGRAM`, `connect ADDR`, `listen ADDR COUNT` or
-/// `echo PATH`.
+/// Set on a worker process: `spawn COUNT PROGRAM`, `spawn-cpu COUNT PROGRAM` (the same,
+/// then what it and its children ran, on a line: [`say_cpu`]), `connect ADDR`, `listen ADDR
+/// COUNT` or `echo PATH`.
 const WORKER_ENV: &str = "DVMLAB_BENCH_FLOOR_WORKER";
 
 /// The port the formation floor's listener takes on the controller's host.
@@ -48,6 +49,14 @@ pub fn serve_worker() {
             .parse()
             .map_err(|e| format!("{count:?}: {e}"))
             .and_then(|count| spawn_and_wait(program, count)),
+        ["spawn-cpu", count, program] => count
+            .parse()
+            .map_err(|e| format!("{count:?}: {e}"))
+            .and_then(|count| {
+                let started = crate::procfs::own_cpu_ms()?;
+                spawn_and_wait(program, count)?;
+                say_cpu(started)
+            }),
         ["connect", addr] => addr
             .parse::<SocketAddr>()
             .map_err(|e| format!("{addr:?}: {e}"))
@@ -55,7 +64,7 @@ pub fn serve_worker() {
         ["listen", addr, count] => listen(addr, count),
         ["echo", path] => echo(path),
         _ => Err(format!(
-            "{WORKER_ENV}={task:?}: expected spawn COUNT PROGRAM, connect ADDR, listen ADDR COUNT or echo PATH"
+            "{WORKER_ENV}={task:?}: expected spawn COUNT PROGRAM, spawn-cpu COUNT PROGRAM, connect ADDR, listen ADDR COUNT or echo PATH"
         )),
     };
     if let Err(e) = done {
@@ -134,6 +143,18 @@ fn spawn_and_wait(program: &str, count: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Prints `cpu STARTED_MS OWN_MS CHILDREN_MS`: what this worker had run when it began to
+/// spawn (its own start), what it has run in all, and what the programs it spawned ran
+/// (their `posix_spawn` child before `exec` included).
+fn say_cpu(started: f64) -> Result<(), String> {
+    println!(
+        "cpu {started} {} {}",
+        crate::procfs::own_cpu_ms()?,
+        crate::procfs::children_cpu_ms()?
+    );
+    Ok(())
+}
+
 /// The cores this process may run on.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -184,6 +205,78 @@ pub fn spawn_ms(
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     Ok(median(&times))
+}
+
+/// One run of a job's floor, taken apart.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SpawnRun {
+    /// Wall time, ms, as [`spawn_ms`] times it.
+    pub ms: f64,
+    /// What the workers ran themselves from their first spawn on, ms.
+    pub workers_ms: f64,
+    /// What the workers ran before that (their own start), ms.
+    pub started_ms: f64,
+    /// What the programs they spawned ran, ms.
+    pub programs_ms: f64,
+}
+
+/// One run of [`spawn_ms`]'s work (`n` spawns of `program` over one worker per core started
+/// on `host`), with what the workers and their programs each ran.
+pub fn spawn_cpu(
+    cluster: &Cluster,
+    host: &str,
+    program: &str,
+    n: usize,
+) -> Result<SpawnRun, String> {
+    let workers = cores().min(n.max(1));
+    let t = Instant::now();
+    let mut children = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let share = n / workers + usize::from(w < n % workers);
+        let child = worker(cluster, host, &format!("spawn-cpu {share} {program}"))?
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting a floor worker: {e}"))?;
+        children.push(child);
+    }
+    let mut run = SpawnRun::default();
+    let mut lines = Vec::with_capacity(workers);
+    for c in children {
+        let out = c
+            .wait_with_output()
+            .map_err(|e| format!("a floor worker: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("a floor worker failed: {}", out.status));
+        }
+        lines.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    run.ms = t.elapsed().as_secs_f64() * 1000.0;
+    for line in lines {
+        let (started, own, programs) = cpu_line(&line)?;
+        run.started_ms += started;
+        run.workers_ms += own - started;
+        run.programs_ms += programs;
+    }
+    Ok(run)
+}
+
+/// A worker's `cpu STARTED_MS OWN_MS CHILDREN_MS` line.
+fn cpu_line(out: &str) -> Result<(f64, f64, f64), String> {
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let ["cpu", numbers @ ..] = words.as_slice() else {
+        return Err(format!(
+            "a floor worker said {out:?}, not `cpu STARTED OWN CHILDREN`"
+        ));
+    };
+    match numbers
+        .iter()
+        .map(|n| n.parse::<f64>())
+        .collect::<Result<Vec<_>, _>>()
+        .as_deref()
+    {
+        Ok([started, own, children]) => Ok((*started, *own, *children)),
+        _ => Err(format!("a floor worker said {out:?}: not three numbers")),
+    }
 }
 
 /// The formation floor's time until every connection was accepted.
@@ -328,4 +421,23 @@ pub fn unix_rtt_us(count: usize) -> Result<Vec<f64>, String> {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
     times
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_cpu_line_is_read_and_anything_else_is_an_error() {
+        assert_eq!(cpu_line("cpu 1 1.5 20.25\n"), Ok((1.0, 1.5, 20.25)));
+        assert!(cpu_line("cpu 1.5 2")
+            .unwrap_err()
+            .contains("not three numbers"));
+        assert!(cpu_line("cpu x 2 3")
+            .unwrap_err()
+            .contains("not three numbers"));
+        assert!(cpu_line("1 2 3")
+            .unwrap_err()
+            .contains("not `cpu STARTED OWN CHILDREN`"));
+    }
 }

@@ -8,6 +8,8 @@
 //!   their jobs alternated, each difference taken within its pair: what resolves a few per
 //!   cent where one run after another cannot.
 //! - `peers`: dvmlab against Open MPI's `mpirun` for one-shot work on the same hosts.
+//! - `anatomy --profile P`: where a job's time goes, its CPU split by who ran it (daemons by
+//!   their place in the tree, the tool, the programs) beside its floor's.
 //! - `readme`: rebuilds the README's performance section from what the runs wrote.
 
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use clap::{Parser, Subcommand};
 use dvmlab_bench::driver::{self, Measured, Metric, Plan, Runtime};
 use dvmlab_bench::report::{self, Runs};
 use dvmlab_bench::stamp::Stamp;
-use dvmlab_bench::{floor, pair, peers};
+use dvmlab_bench::{anatomy, floor, pair, peers};
 use dvmlab_harness::BackendKind;
 
 #[derive(Parser)]
@@ -97,6 +99,24 @@ enum Cmd {
         #[command(flatten)]
         common: Common,
     },
+    /// Where a job's time goes: jobs on a held DVM, each beside a run of its floor, the CPU of
+    /// both split by who ran it, and per daemon by its place in the tree.
+    Anatomy {
+        #[arg(long, default_value = "conformance/profiles/reference.toml")]
+        profile: PathBuf,
+        /// Node counts.
+        #[arg(long, value_delimiter = ',', default_value = "32,128")]
+        sizes: Vec<usize>,
+        /// Jobs (each beside a floor run) at each size; CPU figures are their means.
+        #[arg(long, default_value_t = 20)]
+        jobs: usize,
+        /// Hosts as network namespaces (netns, needs root) or loopback processes (process).
+        #[arg(long, default_value = "netns")]
+        backend: String,
+        /// Where `anatomy.md` and `anatomy.json` go.
+        #[arg(long, default_value = "target/bench")]
+        out: PathBuf,
+    },
     /// Rebuild README.md's performance section from the runs' Markdown in DIR, copying it,
     /// their charts and JSON to docs/bench/; a run not in DIR keeps its copy there.
     Readme {
@@ -159,6 +179,13 @@ fn main() -> ExitCode {
             out,
         } => backend_kind(&backend).and_then(|b| run_pair(&profiles, b, &sizes, pairs, &out)),
         Cmd::Peers { profile, common } => run_peers(&profile, &common),
+        Cmd::Anatomy {
+            profile,
+            sizes,
+            jobs,
+            backend,
+            out,
+        } => backend_kind(&backend).and_then(|b| run_anatomy(&profile, b, &sizes, jobs, &out)),
         Cmd::Readme { dir, readme, docs } => rebuild_readme(&dir, &readme, &docs),
     };
     match r {
@@ -359,20 +386,48 @@ fn run_pair(
         driver::RADIX,
         stamp.line()
     );
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let write = |name: &str, text: String| {
-        let p = out.join(name);
-        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
-    };
-    write("pair.md", md.clone())?;
     let json =
         serde_json::json!({"stamp": stamp, "a": na, "b": nb, "profiles": profiles, "rows": rows});
+    write_run(out, "pair", &md, &json)
+}
+
+/// Writes a run's `NAME.md` and `NAME.json` into `out` and prints the Markdown.
+fn write_run(out: &Path, name: &str, md: &str, json: &serde_json::Value) -> Result<(), String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let write = |file: String, text: String| {
+        let p = out.join(file);
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    write(format!("{name}.md"), md.to_string())?;
     write(
-        "pair.json",
-        serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?,
+        format!("{name}.json"),
+        serde_json::to_string_pretty(json).map_err(|e| e.to_string())?,
     )?;
     println!("{md}");
     Ok(())
+}
+
+fn run_anatomy(
+    profile: &Path,
+    backend: BackendKind,
+    sizes: &[usize],
+    jobs: usize,
+    out: &Path,
+) -> Result<(), String> {
+    let rt = Runtime::load(profile)?;
+    let stamp = Stamp::now();
+    let rows = anatomy::measure(&rt, backend, sizes, jobs, &mut |s| say(s))?;
+    let md = format!(
+        "{}: where a job of one /bin/true per node goes ({backend:?} hosts, radix {}), each \
+         job beside a run of its floor; every window is the run and a quarter second after \
+         it, less what the idle DVM and machine do in as long.\n{}\n_{}_\n",
+        rt.name,
+        driver::RADIX,
+        anatomy::table(&rows),
+        stamp.line()
+    );
+    let json = serde_json::json!({"stamp": stamp, "profile": profile, "rows": rows});
+    write_run(out, "anatomy", &md, &json)
 }
 
 fn run_peers(profile: &Path, common: &Common) -> Result<(), String> {
@@ -428,8 +483,9 @@ const BEGIN: &str = "<!-- bench:begin (dvmlab-bench readme writes this part) -->
 const END: &str = "<!-- bench:end -->";
 
 /// The runs whose Markdown the README shows, in its order, and what each is.
-const SECTIONS: [(&str, &str); 7] = [
+const SECTIONS: [(&str, &str); 8] = [
     ("bench", "`make bench`: dvmlab through its profile"),
+    ("anatomy", "`make bench-anatomy`: where a job's time goes"),
     ("compare", "`make bench-compare`: runtimes side by side"),
     ("peers", "`make bench-peers`: Open MPI in the same run"),
     ("scale", "`make bench-scale`: formation at scale"),

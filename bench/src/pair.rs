@@ -17,6 +17,7 @@ use dvmlab_harness::BackendKind;
 use serde::Serialize;
 
 use crate::driver::{self, Runtime};
+use crate::procfs::thread_cpu_ns;
 use crate::quiet::{busy_ms, Settles, GAP};
 use crate::stats::mean_and_se;
 
@@ -43,30 +44,6 @@ pub struct Paired {
     pub daemons_diff_se_ms: f64,
     /// The jobs that waited for a quiet machine, and those that did not get one.
     pub settles: Settles,
-}
-
-/// The CPU time each thread of process `pid` has run so far, ns: the scheduler's count, not
-/// ticks.
-fn thread_cpu_ns(pid: u32) -> Result<HashMap<u32, u64>, String> {
-    let dir = format!("/proc/{pid}/task");
-    let mut threads = HashMap::new();
-    for t in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
-        let t = t.map_err(|e| format!("{dir}: {e}"))?;
-        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) else {
-            continue;
-        };
-        // A thread that ended since the listing is not counted.
-        let Ok(text) = std::fs::read_to_string(t.path().join("schedstat")) else {
-            continue;
-        };
-        let ns = text
-            .split_whitespace()
-            .next()
-            .and_then(|f| f.parse::<u64>().ok())
-            .ok_or_else(|| format!("{dir}/{tid}/schedstat: {text:?}"))?;
-        threads.insert(tid, ns);
-    }
-    Ok(threads)
 }
 
 /// Every thread of the daemons on `hosts` of `dvm`, by (pid, tid), with its CPU time so far.

@@ -1,5 +1,6 @@
 //! The bench programs end to end at the smallest sizes, so that `make bench`, `make
-//! bench-compare` and `make bench-peers` cannot rot between the (long, manual) bench runs:
+//! bench-compare`, `make bench-pair`, `make bench-anatomy` and `make bench-peers` cannot rot
+//! between the (long, manual) bench runs:
 //! every figure is produced, with its floor and ratio, through the profile only. These
 //! check that the benches measure, not how fast anything is (that is the benches' job).
 
@@ -215,5 +216,60 @@ fn two_profiles_held_side_by_side_give_paired_differences_and_a_ratio() {
     for i in [4, 8, 11] {
         assert!(r[i].contains(" ± "), "{r:?}");
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_job_taken_apart_splits_its_cpu_beside_its_floors_with_the_daemons_by_place() {
+    if !netns_available() {
+        return skip(
+            "a_job_taken_apart_splits_its_cpu_beside_its_floors_with_the_daemons_by_place",
+            "needs root and ip (netns hosts)",
+        );
+    }
+    let out = out_dir("anatomy");
+    let p = profile("reference");
+    let md = bench(
+        &[
+            "anatomy",
+            "--profile",
+            p.to_str().unwrap(),
+            "--sizes",
+            "3",
+            "--jobs",
+            "2",
+        ],
+        &out,
+        "anatomy",
+    );
+    let cells = |start: &str| -> Vec<String> {
+        md.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no row {start:?} in\n{md}"))
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    // what, the job, its floor, the ratio
+    let wall = cells("| wall, ms |");
+    assert_eq!(wall.len(), 4, "{wall:?}");
+    assert!(ratio(&wall[3]) > 0.0, "{wall:?}");
+    let daemons = cells("| the daemons' CPU");
+    assert!(
+        daemons[1].parse::<f64>().is_ok_and(|ms| ms > 0.0),
+        "{daemons:?}"
+    );
+    // A tree of radix 64 over three nodes: the controller and three without children, each
+    // with its CPU, the ratio to a floor worker's, switches and its host's segments.
+    let ctl = cells("| the controller's |");
+    assert_eq!(ctl[1], "1", "{ctl:?}");
+    assert!(ratio(&ctl[3]) > 0.0, "{ctl:?}");
+    assert!(
+        ctl[5].contains(" / "),
+        "netns hosts have segments of their own: {ctl:?}"
+    );
+    let leaves = cells("| without children |");
+    assert_eq!(leaves[1], "3", "{leaves:?}");
     let _ = std::fs::remove_dir_all(&out);
 }

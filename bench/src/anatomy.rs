@@ -1,0 +1,455 @@
+//! Where a job's time goes, by a command rather than a profiler session: a DVM formed through
+//! the profile and held, jobs of one `/bin/true` per node each beside a run of the job's
+//! floor, and the CPU of each split by who ran it, read from the kernel's own counts.
+//!
+//! - The job: its wall time; the machine's CPU over it (`/proc/stat`); the runtime's daemons
+//!   (every thread of each daemon process the harness started, `schedstat`); the tool and
+//!   how it is started (the processes this bench waited for, `getrusage`); the rest (the
+//!   job's programs and their start, the kernel's work charged to nobody else).
+//! - The floor, the same way: the machine, the workers from their first spawn on, the
+//!   programs they spawned (each worker's own `getrusage`), the workers' start (what they
+//!   ran before, and how they were started), the rest.
+//! - Per daemon, by its place (the controller's, those with children in the status's
+//!   `parents`, the others): CPU, context switches and, where each host has its own network
+//!   namespace, the TCP segments its host sent and received, per job.
+//!
+//! Each window is the job (or floor run) and a fixed quarter second after it, which holds
+//! the job's end (acknowledgements, the end reaching every daemon); what an idle DVM does in
+//! as long (heartbeats) is measured first and taken off both sides.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use conformance::sut::Dvm;
+use dvmlab_harness::BackendKind;
+use serde::Serialize;
+
+use crate::driver::{self, Runtime};
+use crate::floor;
+use crate::procfs;
+use crate::quiet::{busy_ms, Settles, GAP};
+use crate::stats::median;
+
+/// How long the held DVM is watched idle, for what it does without a job.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// The daemons of one place in the tree, per daemon and job.
+#[derive(Debug, Clone, Serialize)]
+pub struct Role {
+    pub name: String,
+    pub daemons: usize,
+    pub cpu_us: f64,
+    pub switches: f64,
+    /// TCP segments its host sent and received (none when hosts share a namespace).
+    pub segments: Option<(f64, f64)>,
+}
+
+/// One size's jobs and floor runs, taken apart (CPU in ms per run, means over the jobs;
+/// wall times medians).
+#[derive(Debug, Clone, Serialize)]
+pub struct Anatomy {
+    pub nodes: usize,
+    pub jobs: usize,
+    pub job_ms: f64,
+    pub floor_ms: f64,
+    pub job_cpu_ms: f64,
+    pub floor_cpu_ms: f64,
+    pub daemons_ms: f64,
+    pub workers_ms: f64,
+    pub tool_ms: f64,
+    pub workers_start_ms: f64,
+    pub job_rest_ms: f64,
+    pub programs_ms: f64,
+    pub floor_rest_ms: f64,
+    pub roles: Vec<Role>,
+    pub settles: Settles,
+}
+
+/// What every daemon did so far: CPU ns, switches, and its host's TCP segments.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    cpu_ns: u64,
+    switches: u64,
+    segments: (u64, u64),
+}
+
+type Snapshot = HashMap<String, Counts>;
+
+fn snapshot(pids: &BTreeMap<String, u32>, segments: bool) -> Result<Snapshot, String> {
+    let mut s = HashMap::with_capacity(pids.len());
+    for (host, &pid) in pids {
+        let cpu_ns = procfs::thread_cpu_ns(pid)?.values().sum();
+        let switches = procfs::thread_switches(pid)?.values().sum();
+        let segments = if segments {
+            procfs::tcp_segments(pid)?
+        } else {
+            (0, 0)
+        };
+        s.insert(
+            host.clone(),
+            Counts {
+                cpu_ns,
+                switches,
+                segments,
+            },
+        );
+    }
+    Ok(s)
+}
+
+/// What each host's daemon did between two snapshots, added into `into`.
+fn add_since(into: &mut HashMap<String, [f64; 4]>, before: &Snapshot, after: &Snapshot) {
+    for (host, a) in after {
+        let b = before.get(host).copied().unwrap_or_default();
+        let e = into.entry(host.clone()).or_default();
+        e[0] += a.cpu_ns.saturating_sub(b.cpu_ns) as f64 / 1e3;
+        e[1] += a.switches.saturating_sub(b.switches) as f64;
+        e[2] += a.segments.0.saturating_sub(b.segments.0) as f64;
+        e[3] += a.segments.1.saturating_sub(b.segments.1) as f64;
+    }
+}
+
+/// Every host's place: the controller's, a daemon some other daemon's status names as its
+/// parent, or another.
+fn places(dvm: &Dvm, hosts: &[String]) -> Result<BTreeMap<String, &'static str>, String> {
+    let status = dvm
+        .status_now("the tree, for the daemons' places")
+        .map_err(|p| p.to_string())?;
+    let host_of: HashMap<u32, &str> = status
+        .members
+        .iter()
+        .filter_map(|m| Some((m.rank?, m.host.as_str())))
+        .collect();
+    let parents: BTreeSet<&str> = status
+        .members
+        .iter()
+        .filter_map(|m| host_of.get(&m.parent?).copied())
+        .collect();
+    Ok(hosts
+        .iter()
+        .map(|h| {
+            let place = if *h == dvm.ctl {
+                "the controller's"
+            } else if parents.contains(h.as_str()) {
+                "with children"
+            } else {
+                "without children"
+            };
+            (h.clone(), place)
+        })
+        .collect())
+}
+
+/// Takes `jobs` jobs and as many floor runs apart at each of `sizes`.
+pub fn measure(
+    rt: &Runtime,
+    backend: BackendKind,
+    sizes: &[usize],
+    jobs: usize,
+    say: &mut dyn FnMut(&str),
+) -> Result<Vec<Anatomy>, String> {
+    if jobs == 0 {
+        return Err("--jobs 0: nothing to take apart".into());
+    }
+    sizes
+        .iter()
+        .map(|&n| size(rt, backend, n, jobs, say))
+        .collect()
+}
+
+fn size(
+    rt: &Runtime,
+    backend: BackendKind,
+    n: usize,
+    jobs: usize,
+    say: &mut dyn FnMut(&str),
+) -> Result<Anatomy, String> {
+    say(&format!(
+        "{n} nodes: {jobs} jobs, each beside a run of its floor"
+    ));
+    let names = driver::nodes(n);
+    let mut hosts = vec!["ctl".to_string()];
+    hosts.extend(names.iter().cloned());
+    let ctx = driver::ctx(rt, backend, n);
+    let mut dvm = driver::dvm(&ctx, "anatomy", &hosts, n)?;
+    let r = (|| {
+        driver::form(&mut dvm, &hosts)?;
+        let argv = dvm
+            .submit_argv(n, &names, &[], &[driver::TRUE])
+            .map_err(|p| p.to_string())?;
+        // The first job of a DVM pays for cold caches.
+        driver::timed(&dvm, &argv)?;
+        let pids: BTreeMap<String, u32> = hosts
+            .iter()
+            .map(|h| {
+                dvm.cluster
+                    .pid(h)
+                    .map(|p| (h.clone(), p))
+                    .ok_or_else(|| format!("no daemon running on {h}"))
+            })
+            .collect::<Result<_, _>>()?;
+        // Segments per host mean something only where each host has a namespace of its own.
+        let namespaces: BTreeSet<String> = pids
+            .values()
+            .map(|&p| procfs::netns(p))
+            .collect::<Result<_, _>>()?;
+        let segments = namespaces.len() == pids.len();
+        let place = places(&dvm, &hosts)?;
+        let mut settles = Settles::default();
+
+        // What the held DVM and the machine do without a job, per ms.
+        settles.settle()?;
+        let (d0, b0, t) = (snapshot(&pids, segments)?, busy_ms()?, Instant::now());
+        std::thread::sleep(IDLE);
+        let mut idle = HashMap::new();
+        let (b1, d1) = (busy_ms()?, snapshot(&pids, segments)?);
+        let idle_ms = t.elapsed().as_secs_f64() * 1000.0;
+        add_since(&mut idle, &d0, &d1);
+        let machine_idle = (b1 - b0) / idle_ms;
+
+        let (mut wall, mut floor_wall) = (Vec::new(), Vec::new());
+        let mut per_host: HashMap<String, [f64; 4]> = HashMap::new();
+        let mut windows = 0.0;
+        let (mut job_cpu, mut tool, mut floor_cpu, mut started) = (0.0, 0.0, 0.0, 0.0);
+        let mut floors = floor::SpawnRun::default();
+        for _ in 0..jobs {
+            settles.settle()?;
+            let d0 = snapshot(&pids, segments)?;
+            let (b0, c0, t) = (busy_ms()?, procfs::children_cpu_ms()?, Instant::now());
+            wall.push(driver::timed(&dvm, &argv)?);
+            std::thread::sleep(GAP);
+            let window = t.elapsed().as_secs_f64() * 1000.0;
+            let (b1, c1) = (busy_ms()?, procfs::children_cpu_ms()?);
+            add_since(&mut per_host, &d0, &snapshot(&pids, segments)?);
+            windows += window;
+            job_cpu += b1 - b0 - machine_idle * window;
+            tool += c1 - c0;
+
+            settles.settle()?;
+            let (b0, c0, t) = (busy_ms()?, procfs::children_cpu_ms()?, Instant::now());
+            let run = floor::spawn_cpu(&dvm.cluster, &dvm.ctl, driver::TRUE, n)?;
+            std::thread::sleep(GAP);
+            let window = t.elapsed().as_secs_f64() * 1000.0;
+            let (b1, c1) = (busy_ms()?, procfs::children_cpu_ms()?);
+            floor_wall.push(run.ms);
+            floor_cpu += b1 - b0 - machine_idle * window;
+            // How they were started (the bench's waited-for children) is what they and theirs
+            // ran in all, less what they said they ran from their first spawn on.
+            started += c1 - c0 - run.workers_ms - run.programs_ms;
+            floors.workers_ms += run.workers_ms;
+            floors.programs_ms += run.programs_ms;
+        }
+        driver::stop(&mut dvm)?;
+        let k = jobs as f64;
+        // A daemon's figures less what it does idle over as long as the jobs' windows.
+        let own = |host: &str| -> [f64; 4] {
+            let j = per_host.get(host).copied().unwrap_or_default();
+            let i = idle.get(host).copied().unwrap_or_default();
+            std::array::from_fn(|x| (j[x] - i[x] * windows / idle_ms) / k)
+        };
+        let mut roles = Vec::new();
+        for name in ["the controller's", "with children", "without children"] {
+            let members: Vec<[f64; 4]> = hosts
+                .iter()
+                .filter(|h| place.get(*h) == Some(&name))
+                .map(|h| own(h))
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let m = members.len() as f64;
+            let mean = |x: usize| members.iter().map(|v| v[x]).sum::<f64>() / m;
+            roles.push(Role {
+                name: name.to_string(),
+                daemons: members.len(),
+                cpu_us: mean(0),
+                switches: mean(1),
+                segments: segments.then(|| (mean(2), mean(3))),
+            });
+        }
+        let daemons_ms = hosts.iter().map(|h| own(h)[0]).sum::<f64>() / 1e3;
+        let (job_cpu, tool, floor_cpu) = (job_cpu / k, tool / k, floor_cpu / k);
+        let (workers_ms, programs_ms, workers_start_ms) =
+            (floors.workers_ms / k, floors.programs_ms / k, started / k);
+        Ok(Anatomy {
+            nodes: n,
+            jobs,
+            job_ms: median(&wall),
+            floor_ms: median(&floor_wall),
+            job_cpu_ms: job_cpu,
+            floor_cpu_ms: floor_cpu,
+            daemons_ms,
+            workers_ms,
+            tool_ms: tool,
+            workers_start_ms,
+            job_rest_ms: job_cpu - daemons_ms - tool,
+            programs_ms,
+            floor_rest_ms: floor_cpu - workers_ms - programs_ms - workers_start_ms,
+            roles,
+            settles,
+        })
+    })();
+    match r {
+        Ok(a) => {
+            driver::discard(dvm);
+            Ok(a)
+        }
+        Err(e) => Err(driver::failed(dvm, e)),
+    }
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 && a >= 0.0 {
+        format!("{:.2}×", a / b)
+    } else {
+        "–".into()
+    }
+}
+
+/// The Markdown tables of `rows`.
+pub fn table(rows: &[Anatomy]) -> String {
+    let mut s = String::new();
+    for a in rows {
+        s.push_str(&format!(
+            "\n{} nodes, {} jobs (CPU: means per run, ms; wall: medians):\n\n\
+             | per run | the job | its floor | ÷ floor |\n|---|---:|---:|---:|\n",
+            a.nodes, a.jobs
+        ));
+        let mut line = |what: &str, job: f64, floor: f64| {
+            s.push_str(&format!(
+                "| {what} | {job:.1} | {floor:.1} | {} |\n",
+                ratio(job, floor)
+            ));
+        };
+        line("wall, ms", a.job_ms, a.floor_ms);
+        line("the machine's CPU, ms", a.job_cpu_ms, a.floor_cpu_ms);
+        line(
+            "the daemons' CPU (the floor: its workers'), ms",
+            a.daemons_ms,
+            a.workers_ms,
+        );
+        line(
+            "the tool and its start (the floor: the workers' start), ms",
+            a.tool_ms,
+            a.workers_start_ms,
+        );
+        line(
+            "the rest: the programs with their start, and the kernel's work for nobody else (the floor: the programs), ms",
+            a.job_rest_ms,
+            a.programs_ms + a.floor_rest_ms,
+        );
+        let per_spawn = a.workers_ms * 1e3 / a.nodes.max(1) as f64;
+        s.push_str(&format!(
+            "\n| daemons | how many | CPU per daemon and job, µs | ÷ a floor worker's per spawn ({per_spawn:.0} µs) | context switches per job | TCP segments sent / received per job |\n|---|---:|---:|---:|---:|---:|\n"
+        ));
+        for r in &a.roles {
+            let segs = r
+                .segments
+                .map_or("–".to_string(), |(o, i)| format!("{o:.1} / {i:.1}"));
+            s.push_str(&format!(
+                "| {} | {} | {:.0} | {} | {:.1} | {segs} |\n",
+                r.name,
+                r.daemons,
+                r.cpu_us,
+                ratio(r.cpu_us, per_spawn),
+                r.switches
+            ));
+        }
+        if a.settles.busy > 0 {
+            s.push_str(&format!(
+                "\n{} of {} runs started on a machine that did not get quiet within the bench's wait; their figures may carry other work.\n",
+                a.settles.busy, a.settles.runs
+            ));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Anatomy {
+        Anatomy {
+            nodes: 4,
+            jobs: 2,
+            job_ms: 12.0,
+            floor_ms: 8.0,
+            job_cpu_ms: 20.0,
+            floor_cpu_ms: 14.0,
+            daemons_ms: 6.0,
+            workers_ms: 1.0,
+            tool_ms: 2.0,
+            workers_start_ms: 1.0,
+            job_rest_ms: 12.0,
+            programs_ms: 11.0,
+            floor_rest_ms: 1.0,
+            roles: vec![
+                Role {
+                    name: "the controller's".into(),
+                    daemons: 1,
+                    cpu_us: 3000.0,
+                    switches: 10.0,
+                    segments: Some((8.0, 9.0)),
+                },
+                Role {
+                    name: "without children".into(),
+                    daemons: 4,
+                    cpu_us: 500.0,
+                    switches: 3.5,
+                    segments: None,
+                },
+            ],
+            settles: Settles::default(),
+        }
+    }
+
+    #[test]
+    fn each_figure_stands_beside_the_floors_with_its_ratio() {
+        let t = table(&[sample()]);
+        assert!(t.contains("| wall, ms | 12.0 | 8.0 | 1.50× |"), "{t}");
+        assert!(
+            t.contains("| the machine's CPU, ms | 20.0 | 14.0 | 1.43× |"),
+            "{t}"
+        );
+        assert!(t.contains("6.0 | 1.0 | 6.00× |"), "{t}");
+        assert!(t.contains("| 12.0 | 12.0 | 1.00× |"), "{t}");
+        // A floor worker ran 1 ms for 4 spawns: 250 µs each.
+        assert!(t.contains("per spawn (250 µs)"), "{t}");
+        assert!(
+            t.contains("| the controller's | 1 | 3000 | 12.00× | 10.0 | 8.0 / 9.0 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| without children | 4 | 500 | 2.00× | 3.5 | – |"),
+            "{t}"
+        );
+        assert!(!t.contains("did not get quiet"), "{t}");
+        let busy = Anatomy {
+            settles: Settles { runs: 5, busy: 1 },
+            ..sample()
+        };
+        assert!(table(&[busy]).contains("1 of 5 runs started on a machine that did not get quiet"));
+    }
+
+    #[test]
+    fn a_daemons_counts_between_snapshots_are_added_up() {
+        let c = |cpu_ns, switches, o, i| Counts {
+            cpu_ns,
+            switches,
+            segments: (o, i),
+        };
+        let before: Snapshot = [("n1".to_string(), c(1_000, 2, 10, 20))].into();
+        let after: Snapshot = [
+            ("n1".to_string(), c(5_000, 6, 13, 25)),
+            ("n2".to_string(), c(2_000, 1, 1, 1)),
+        ]
+        .into();
+        let mut into = HashMap::new();
+        add_since(&mut into, &before, &after);
+        add_since(&mut into, &before, &after);
+        assert_eq!(into["n1"], [8.0, 8.0, 6.0, 10.0]);
+        // A daemon first seen counts from nothing.
+        assert_eq!(into["n2"], [4.0, 2.0, 2.0, 2.0]);
+    }
+}
