@@ -2,20 +2,22 @@
 //! the profile and held, jobs of one `/bin/true` per node each beside a run of the job's
 //! floor, and the CPU of each split by who ran it, read from the kernel's own counts.
 //!
-//! - The job: its wall time; the machine's CPU over it (`/proc/stat`); the runtime's daemons
-//!   (every thread of each daemon process the harness started, `schedstat`); the tool and
-//!   how it is started (the processes this bench waited for, `getrusage`); the rest (the
-//!   job's programs and their start, the kernel's work charged to nobody else).
-//! - The floor, the same way: the machine, the workers from their first spawn on, the
-//!   programs they spawned (each worker's own `getrusage`), the workers' start (what they
-//!   ran before, and how they were started), the rest.
-//! - Per daemon, by its place (the controller's, those with children in the status's
-//!   `parents`, the others): CPU, context switches and, where each host has its own network
-//!   namespace, the TCP segments its host sent and received, per job.
+//! - The job: its wall time; the machine's CPU over it (`/proc/stat`, in ticks of 10 ms,
+//!   steal included); the runtime's daemons (every thread of each daemon process the harness
+//!   started, `schedstat`, thread by thread); the tool with its start and exit (the
+//!   processes this bench waited for, `getrusage`); the rest (the job's programs and their
+//!   start, and what none of those ran: the kernel's work for nobody, the bench's own).
+//! - The floor, the same way: the machine, the workers from their first spawn on, their
+//!   start and exit, the programs they spawned (each worker's own `getrusage`), the rest.
+//! - Per daemon, by its place (the controller's; where the status reports ranks and
+//!   parents, those with children and those without; otherwise the others together): CPU,
+//!   context switches and, where each host has its own network namespace, the TCP segments
+//!   its host sent and received, per job.
 //!
 //! Each window is the job (or floor run) and a fixed quarter second after it, which holds
-//! the job's end (acknowledgements, the end reaching every daemon); what an idle DVM does in
-//! as long (heartbeats) is measured first and taken off both sides.
+//! the job's end (acknowledgements, the end reaching every daemon); what the idle DVM and
+//! machine do in as long (heartbeats, housekeeping) is measured first, over [`IDLE`], and
+//! taken off both sides; its rates are printed with the tables.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -28,10 +30,12 @@ use crate::driver::{self, Runtime};
 use crate::floor;
 use crate::procfs;
 use crate::quiet::{busy_ms, Settles, GAP};
-use crate::stats::median;
+use crate::stats::{self, median};
+use conformance::status::Field;
 
-/// How long the held DVM is watched idle, for what it does without a job.
-const IDLE: Duration = Duration::from_secs(2);
+/// How long the held DVM is watched idle, for what it does without a job: several of its
+/// heartbeats, and enough ticks of `/proc/stat` for their rounding not to matter.
+const IDLE: Duration = Duration::from_secs(5);
 
 /// The daemons of one place in the tree, per daemon and job.
 #[derive(Debug, Clone, Serialize)]
@@ -62,14 +66,18 @@ pub struct Anatomy {
     pub programs_ms: f64,
     pub floor_rest_ms: f64,
     pub roles: Vec<Role>,
+    /// What the idle DVM's daemons and the idle machine ran, ms per second.
+    pub idle_daemons_ms_per_s: f64,
+    pub idle_machine_ms_per_s: f64,
     pub settles: Settles,
 }
 
-/// What every daemon did so far: CPU ns, switches, and its host's TCP segments.
-#[derive(Debug, Clone, Copy, Default)]
+/// What a daemon did so far: each thread's CPU ns and switches, and its host's TCP segments
+/// sent and received.
+#[derive(Debug, Clone, Default)]
 struct Counts {
-    cpu_ns: u64,
-    switches: u64,
+    cpu_ns: HashMap<u32, u64>,
+    switches: HashMap<u32, u64>,
     segments: (u64, u64),
 }
 
@@ -78,43 +86,71 @@ type Snapshot = HashMap<String, Counts>;
 fn snapshot(pids: &BTreeMap<String, u32>, segments: bool) -> Result<Snapshot, String> {
     let mut s = HashMap::with_capacity(pids.len());
     for (host, &pid) in pids {
-        let cpu_ns = procfs::thread_cpu_ns(pid)?.values().sum();
-        let switches = procfs::thread_switches(pid)?.values().sum();
-        let segments = if segments {
-            procfs::tcp_segments(pid)?
-        } else {
-            (0, 0)
-        };
-        s.insert(
-            host.clone(),
-            Counts {
-                cpu_ns,
-                switches,
-                segments,
+        let on = |e: String| format!("the daemon on {host} (pid {pid}): {e}");
+        let c = Counts {
+            cpu_ns: procfs::thread_cpu_ns(pid).map_err(on)?,
+            switches: procfs::thread_switches(pid).map_err(on)?,
+            segments: if segments {
+                procfs::tcp_segments(pid).map_err(on)?
+            } else {
+                (0, 0)
             },
-        );
+        };
+        s.insert(host.clone(), c);
     }
     Ok(s)
 }
 
-/// What each host's daemon did between two snapshots, added into `into`.
+/// What each host's daemon did between two snapshots (µs of CPU, switches, segments sent
+/// and received), added into `into`.
 fn add_since(into: &mut HashMap<String, [f64; 4]>, before: &Snapshot, after: &Snapshot) {
+    let none = Counts::default();
     for (host, a) in after {
-        let b = before.get(host).copied().unwrap_or_default();
+        let b = before.get(host).unwrap_or(&none);
         let e = into.entry(host.clone()).or_default();
-        e[0] += a.cpu_ns.saturating_sub(b.cpu_ns) as f64 / 1e3;
-        e[1] += a.switches.saturating_sub(b.switches) as f64;
+        e[0] += procfs::grown(&b.cpu_ns, &a.cpu_ns) as f64 / 1e3;
+        e[1] += procfs::grown(&b.switches, &a.switches) as f64;
         e[2] += a.segments.0.saturating_sub(b.segments.0) as f64;
         e[3] += a.segments.1.saturating_sub(b.segments.1) as f64;
     }
 }
 
 /// Every host's place: the controller's, a daemon some other daemon's status names as its
-/// parent, or another.
-fn places(dvm: &Dvm, hosts: &[String]) -> Result<BTreeMap<String, &'static str>, String> {
-    let status = dvm
-        .status_now("the tree, for the daemons' places")
-        .map_err(|p| p.to_string())?;
+/// parent, or another. Without ranks and parents for every host in the status the tree is
+/// not known, and every daemon but the controller's is one of "the others".
+fn places(
+    rt: &Runtime,
+    dvm: &Dvm,
+    hosts: &[String],
+) -> Result<BTreeMap<String, &'static str>, String> {
+    let tree_known =
+        rt.profile.status.reports(Field::Ranks) && rt.profile.status.reports(Field::Parents);
+    let status = if tree_known {
+        Some(
+            dvm.status_now("the tree, for the daemons' places")
+                .map_err(|p| p.to_string())?,
+        )
+    } else {
+        None
+    };
+    let listed = |s: &conformance::status::Status| {
+        hosts
+            .iter()
+            .all(|h| s.members.iter().any(|m| m.host == *h && m.rank.is_some()))
+    };
+    let Some(status) = status.filter(listed) else {
+        return Ok(hosts
+            .iter()
+            .map(|h| {
+                let place = if *h == dvm.ctl {
+                    CONTROLLER
+                } else {
+                    "the others"
+                };
+                (h.clone(), place)
+            })
+            .collect());
+    };
     let host_of: HashMap<u32, &str> = status
         .members
         .iter()
@@ -129,7 +165,7 @@ fn places(dvm: &Dvm, hosts: &[String]) -> Result<BTreeMap<String, &'static str>,
         .iter()
         .map(|h| {
             let place = if *h == dvm.ctl {
-                "the controller's"
+                CONTROLLER
             } else if parents.contains(h.as_str()) {
                 "with children"
             } else {
@@ -139,6 +175,8 @@ fn places(dvm: &Dvm, hosts: &[String]) -> Result<BTreeMap<String, &'static str>,
         })
         .collect())
 }
+
+const CONTROLLER: &str = "the controller's";
 
 /// Takes `jobs` jobs and as many floor runs apart at each of `sizes`.
 pub fn measure(
@@ -194,16 +232,17 @@ fn size(
             .map(|&p| procfs::netns(p))
             .collect::<Result<_, _>>()?;
         let segments = namespaces.len() == pids.len();
-        let place = places(&dvm, &hosts)?;
+        let place = places(rt, &dvm, &hosts)?;
         let mut settles = Settles::default();
 
         // What the held DVM and the machine do without a job, per ms.
         settles.settle()?;
-        let (d0, b0, t) = (snapshot(&pids, segments)?, busy_ms()?, Instant::now());
+        let t = Instant::now();
+        let (b0, d0) = (busy_ms()?, snapshot(&pids, segments)?);
         std::thread::sleep(IDLE);
-        let mut idle = HashMap::new();
-        let (b1, d1) = (busy_ms()?, snapshot(&pids, segments)?);
+        let (d1, b1) = (snapshot(&pids, segments)?, busy_ms()?);
         let idle_ms = t.elapsed().as_secs_f64() * 1000.0;
+        let mut idle = HashMap::new();
         add_since(&mut idle, &d0, &d1);
         let machine_idle = (b1 - b0) / idle_ms;
 
@@ -248,7 +287,12 @@ fn size(
             std::array::from_fn(|x| (j[x] - i[x] * windows / idle_ms) / k)
         };
         let mut roles = Vec::new();
-        for name in ["the controller's", "with children", "without children"] {
+        for name in [
+            CONTROLLER,
+            "with children",
+            "without children",
+            "the others",
+        ] {
             let members: Vec<[f64; 4]> = hosts
                 .iter()
                 .filter(|h| place.get(*h) == Some(&name))
@@ -268,6 +312,7 @@ fn size(
             });
         }
         let daemons_ms = hosts.iter().map(|h| own(h)[0]).sum::<f64>() / 1e3;
+        let idle_daemons = idle.values().map(|v| v[0]).sum::<f64>() / idle_ms;
         let (job_cpu, tool, floor_cpu) = (job_cpu / k, tool / k, floor_cpu / k);
         let (workers_ms, programs_ms, workers_start_ms) =
             (floors.workers_ms / k, floors.programs_ms / k, started / k);
@@ -286,6 +331,8 @@ fn size(
             programs_ms,
             floor_rest_ms: floor_cpu - workers_ms - programs_ms - workers_start_ms,
             roles,
+            idle_daemons_ms_per_s: idle_daemons,
+            idle_machine_ms_per_s: machine_idle * 1000.0,
             settles,
         })
     })();
@@ -298,11 +345,12 @@ fn size(
     }
 }
 
+/// `a ÷ b` as the tables print it; "–" where there is none (or a figure came out negative:
+/// less than the idle rate taken off, which the table shows as it is).
 fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 && a >= 0.0 {
-        format!("{:.2}×", a / b)
-    } else {
-        "–".into()
+    match stats::ratio(a, b) {
+        Some(r) if a >= 0.0 => format!("{r:.2}×"),
+        _ => "–".into(),
     }
 }
 
@@ -329,30 +377,37 @@ pub fn table(rows: &[Anatomy]) -> String {
             a.workers_ms,
         );
         line(
-            "the tool and its start (the floor: the workers' start), ms",
+            "the tool with its start and exit (the floor: the workers' start and exit), ms",
             a.tool_ms,
             a.workers_start_ms,
         );
         line(
-            "the rest: the programs with their start, and the kernel's work for nobody else (the floor: the programs), ms",
+            "the rest: the programs with their start, and what none of the above ran (the kernel's work for nobody, the bench's own), ms",
             a.job_rest_ms,
             a.programs_ms + a.floor_rest_ms,
         );
+        s.push_str(&format!(
+            "\nOf the floor's rest, its programs ran {:.1} ms (each worker's `getrusage` of its children). \
+             Taken off every window: the idle DVM's daemons {:.1} ms and the idle machine {:.1} ms of CPU per second.\n",
+            a.programs_ms, a.idle_daemons_ms_per_s, a.idle_machine_ms_per_s
+        ));
         let per_spawn = a.workers_ms * 1e3 / a.nodes.max(1) as f64;
         s.push_str(&format!(
             "\n| daemons | how many | CPU per daemon and job, µs | ÷ a floor worker's per spawn ({per_spawn:.0} µs) | context switches per job | TCP segments sent / received per job |\n|---|---:|---:|---:|---:|---:|\n"
         ));
         for r in &a.roles {
+            // The controller's host runs none of the job's processes: no spawn to compare.
+            let vs = if r.name == CONTROLLER {
+                "–".to_string()
+            } else {
+                ratio(r.cpu_us, per_spawn)
+            };
             let segs = r
                 .segments
                 .map_or("–".to_string(), |(o, i)| format!("{o:.1} / {i:.1}"));
             s.push_str(&format!(
-                "| {} | {} | {:.0} | {} | {:.1} | {segs} |\n",
-                r.name,
-                r.daemons,
-                r.cpu_us,
-                ratio(r.cpu_us, per_spawn),
-                r.switches
+                "| {} | {} | {:.0} | {vs} | {:.1} | {segs} |\n",
+                r.name, r.daemons, r.cpu_us, r.switches
             ));
         }
         if a.settles.busy > 0 {
@@ -384,6 +439,8 @@ mod tests {
             job_rest_ms: 12.0,
             programs_ms: 11.0,
             floor_rest_ms: 1.0,
+            idle_daemons_ms_per_s: 30.0,
+            idle_machine_ms_per_s: 45.5,
             roles: vec![
                 Role {
                     name: "the controller's".into(),
@@ -416,8 +473,14 @@ mod tests {
         assert!(t.contains("| 12.0 | 12.0 | 1.00× |"), "{t}");
         // A floor worker ran 1 ms for 4 spawns: 250 µs each.
         assert!(t.contains("per spawn (250 µs)"), "{t}");
+        // The controller's host runs no process of the job: no ratio to a spawn.
         assert!(
-            t.contains("| the controller's | 1 | 3000 | 12.00× | 10.0 | 8.0 / 9.0 |"),
+            t.contains("| the controller's | 1 | 3000 | – | 10.0 | 8.0 / 9.0 |"),
+            "{t}"
+        );
+        assert!(t.contains("its programs ran 11.0 ms"), "{t}");
+        assert!(
+            t.contains("the idle DVM's daemons 30.0 ms and the idle machine 45.5 ms"),
             "{t}"
         );
         assert!(
@@ -434,21 +497,24 @@ mod tests {
 
     #[test]
     fn a_daemons_counts_between_snapshots_are_added_up() {
-        let c = |cpu_ns, switches, o, i| Counts {
-            cpu_ns,
-            switches,
+        let c = |threads: &[(u32, u64, u64)], o, i| Counts {
+            cpu_ns: threads.iter().map(|&(t, ns, _)| (t, ns)).collect(),
+            switches: threads.iter().map(|&(t, _, n)| (t, n)).collect(),
             segments: (o, i),
         };
-        let before: Snapshot = [("n1".to_string(), c(1_000, 2, 10, 20))].into();
+        // Thread 2 ended between the two (what it ran is left out, not taken off thread
+        // 1's), thread 3 began.
+        let before: Snapshot =
+            [("n1".to_string(), c(&[(1, 1_000, 2), (2, 9_000, 9)], 10, 20))].into();
         let after: Snapshot = [
-            ("n1".to_string(), c(5_000, 6, 13, 25)),
-            ("n2".to_string(), c(2_000, 1, 1, 1)),
+            ("n1".to_string(), c(&[(1, 5_000, 6), (3, 1_000, 1)], 13, 25)),
+            ("n2".to_string(), c(&[(7, 2_000, 1)], 1, 1)),
         ]
         .into();
         let mut into = HashMap::new();
         add_since(&mut into, &before, &after);
         add_since(&mut into, &before, &after);
-        assert_eq!(into["n1"], [8.0, 8.0, 6.0, 10.0]);
+        assert_eq!(into["n1"], [10.0, 10.0, 6.0, 10.0]);
         // A daemon first seen counts from nothing.
         assert_eq!(into["n2"], [4.0, 2.0, 2.0, 2.0]);
     }

@@ -183,19 +183,10 @@ pub fn spawn_ms(
     n: usize,
     reps: usize,
 ) -> Result<f64, String> {
-    let workers = cores().min(n.max(1));
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
         let t = Instant::now();
-        let mut children = Vec::with_capacity(workers);
-        for w in 0..workers {
-            // The first n % workers workers take one more.
-            let share = n / workers + usize::from(w < n % workers);
-            let child = worker(cluster, host, &format!("spawn {share} {program}"))?
-                .spawn()
-                .map_err(|e| format!("starting a floor worker: {e}"))?;
-            children.push(child);
-        }
+        let children = spawners(cluster, host, program, n, "spawn", Stdio::inherit)?;
         for mut c in children {
             let st = c.wait().map_err(|e| format!("a floor worker: {e}"))?;
             if !st.success() {
@@ -207,6 +198,41 @@ pub fn spawn_ms(
     Ok(median(&times))
 }
 
+/// One worker per core (at most `n`) started on `host` with `task` over its share of `n`
+/// spawns of `program`; if one cannot be started, those already started are killed.
+fn spawners(
+    cluster: &Cluster,
+    host: &str,
+    program: &str,
+    n: usize,
+    task: &str,
+    stdout: impl Fn() -> Stdio,
+) -> Result<Vec<std::process::Child>, String> {
+    let workers = cores().min(n.max(1));
+    let mut children: Vec<std::process::Child> = Vec::with_capacity(workers);
+    for w in 0..workers {
+        // The first n % workers workers take one more.
+        let share = n / workers + usize::from(w < n % workers);
+        let started =
+            worker(cluster, host, &format!("{task} {share} {program}")).and_then(|mut c| {
+                c.stdout(stdout())
+                    .spawn()
+                    .map_err(|e| format!("starting a floor worker: {e}"))
+            });
+        match started {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                for mut c in children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(children)
+}
+
 /// One run of a job's floor, taken apart.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SpawnRun {
@@ -214,8 +240,6 @@ pub struct SpawnRun {
     pub ms: f64,
     /// What the workers ran themselves from their first spawn on, ms.
     pub workers_ms: f64,
-    /// What the workers ran before that (their own start), ms.
-    pub started_ms: f64,
     /// What the programs they spawned ran, ms.
     pub programs_ms: f64,
 }
@@ -228,19 +252,10 @@ pub fn spawn_cpu(
     program: &str,
     n: usize,
 ) -> Result<SpawnRun, String> {
-    let workers = cores().min(n.max(1));
     let t = Instant::now();
-    let mut children = Vec::with_capacity(workers);
-    for w in 0..workers {
-        let share = n / workers + usize::from(w < n % workers);
-        let child = worker(cluster, host, &format!("spawn-cpu {share} {program}"))?
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("starting a floor worker: {e}"))?;
-        children.push(child);
-    }
+    let children = spawners(cluster, host, program, n, "spawn-cpu", Stdio::piped)?;
     let mut run = SpawnRun::default();
-    let mut lines = Vec::with_capacity(workers);
+    let mut lines = Vec::with_capacity(children.len());
     for c in children {
         let out = c
             .wait_with_output()
@@ -253,16 +268,21 @@ pub fn spawn_cpu(
     run.ms = t.elapsed().as_secs_f64() * 1000.0;
     for line in lines {
         let (started, own, programs) = cpu_line(&line)?;
-        run.started_ms += started;
         run.workers_ms += own - started;
         run.programs_ms += programs;
     }
     Ok(run)
 }
 
-/// A worker's `cpu STARTED_MS OWN_MS CHILDREN_MS` line.
+/// A worker's `cpu STARTED_MS OWN_MS CHILDREN_MS` line: its output's last (what the programs
+/// it spawned printed comes before it).
 fn cpu_line(out: &str) -> Result<(f64, f64, f64), String> {
-    let words: Vec<&str> = out.split_whitespace().collect();
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let words: Vec<&str> = last.split_whitespace().collect();
     let ["cpu", numbers @ ..] = words.as_slice() else {
         return Err(format!(
             "a floor worker said {out:?}, not `cpu STARTED OWN CHILDREN`"
@@ -439,5 +459,9 @@ mod tests {
         assert!(cpu_line("1 2 3")
             .unwrap_err()
             .contains("not `cpu STARTED OWN CHILDREN`"));
+        assert_eq!(
+            cpu_line("what a program printed\ncpu 1 2 3\n\n"),
+            Ok((1.0, 2.0, 3.0))
+        );
     }
 }

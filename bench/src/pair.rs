@@ -17,7 +17,7 @@ use dvmlab_harness::BackendKind;
 use serde::Serialize;
 
 use crate::driver::{self, Runtime};
-use crate::procfs::thread_cpu_ns;
+use crate::procfs::{self, thread_cpu_ns};
 use crate::quiet::{busy_ms, Settles, GAP};
 use crate::stats::mean_and_se;
 
@@ -65,15 +65,9 @@ fn daemon_threads(dvm: &conformance::sut::Dvm, hosts: &[String]) -> Result<Threa
     Ok(all)
 }
 
-/// The CPU time the threads in `after` ran since `before`, ms. A thread that ended in
-/// between is left out (what it ran after `before` with it: a helper thread ends only after
-/// idling for a while); one that started counts whole.
+/// The CPU time the threads in `after` ran since `before`, ms (see [`procfs::grown`]).
 fn ran_ms(before: &Threads, after: &Threads) -> f64 {
-    let ns: u64 = after
-        .iter()
-        .map(|(k, ns)| ns.saturating_sub(before.get(k).copied().unwrap_or(0)))
-        .sum();
-    ns as f64 / 1e6
+    procfs::grown(before, after) as f64 / 1e6
 }
 
 /// Measures `pairs` pairs of jobs of one `/bin/true` per node at each of `sizes`.

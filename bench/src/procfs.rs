@@ -3,6 +3,7 @@
 //! TCP segments of its network namespace, and the CPU of the processes this one waited for.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 use nix::sys::resource::{getrusage, Usage, UsageWho};
 use nix::sys::time::TimeVal;
@@ -12,6 +13,17 @@ pub fn thread_cpu_ns(pid: u32) -> Result<HashMap<u32, u64>, String> {
     per_thread(pid, "schedstat", |text| {
         text.split_whitespace().next()?.parse().ok()
     })
+}
+
+/// How much counters that only grow (per thread, say) grew between two readings, summed: a
+/// key first seen in `after` counts whole, and one gone from it is left out with what it
+/// ran after `before` (summing whole processes instead would lose all a thread that ended
+/// ever ran).
+pub fn grown<K: Eq + Hash>(before: &HashMap<K, u64>, after: &HashMap<K, u64>) -> u64 {
+    after
+        .iter()
+        .map(|(k, v)| v.saturating_sub(before.get(k).copied().unwrap_or(0)))
+        .sum()
 }
 
 /// The context switches (voluntary and not) each thread of process `pid` made so far.
@@ -115,6 +127,13 @@ mod tests {
         let status = "Name:\tprted\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t3\n";
         assert_eq!(switches_of(status), Some(15));
         assert_eq!(switches_of("Name:\tprted\n"), None);
+    }
+
+    #[test]
+    fn what_grew_counts_threads_that_began_whole_and_leaves_out_those_that_ended() {
+        let before: HashMap<u32, u64> = [(1, 100), (2, 50)].into();
+        let after: HashMap<u32, u64> = [(1, 130), (3, 7)].into();
+        assert_eq!(grown(&before, &after), 37);
     }
 
     #[test]

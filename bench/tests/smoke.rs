@@ -261,15 +261,21 @@ fn a_job_taken_apart_splits_its_cpu_beside_its_floors_with_the_daemons_by_place(
         "{daemons:?}"
     );
     // A tree of radix 64 over three nodes: the controller and three without children, each
-    // with its CPU, the ratio to a floor worker's, switches and its host's segments.
+    // with its CPU, the ratio to a floor worker's per spawn, switches and its host's segments.
     let ctl = cells("| the controller's |");
     assert_eq!(ctl[1], "1", "{ctl:?}");
-    assert!(ratio(&ctl[3]) > 0.0, "{ctl:?}");
+    // Its host runs none of the job's processes: nothing to set beside a spawn.
+    assert_eq!(ctl[3], "–", "{ctl:?}");
     assert!(
         ctl[5].contains(" / "),
         "netns hosts have segments of their own: {ctl:?}"
     );
     let leaves = cells("| without children |");
     assert_eq!(leaves[1], "3", "{leaves:?}");
+    assert!(ratio(&leaves[3]) > 0.0, "{leaves:?}");
+    assert!(
+        md.contains("Taken off every window: the idle DVM's daemons"),
+        "{md}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
