@@ -31,7 +31,7 @@ use crate::floor;
 use crate::procfs;
 use crate::quiet::{busy_ms, Settles, GAP};
 use crate::stats::{self, median};
-use conformance::status::Field;
+use conformance::status::{Field, Status};
 
 /// How long the held DVM is watched idle, for what it does without a job: several of its
 /// heartbeats, and enough ticks of `/proc/stat` for their rounding not to matter.
@@ -115,9 +115,7 @@ fn add_since(into: &mut HashMap<String, [f64; 4]>, before: &Snapshot, after: &Sn
     }
 }
 
-/// Every host's place: the controller's, a daemon some other daemon's status names as its
-/// parent, or another. Without ranks and parents for every host in the status the tree is
-/// not known, and every daemon but the controller's is one of "the others".
+/// Every host's place, from the status when the profile reports ranks and parents.
 fn places(
     rt: &Runtime,
     dvm: &Dvm,
@@ -133,47 +131,45 @@ fn places(
     } else {
         None
     };
-    let listed = |s: &conformance::status::Status| {
+    Ok(places_in(status.as_ref(), hosts, &dvm.ctl))
+}
+
+/// Every host's place: the controller's (`ctl`), a daemon some other daemon's status names
+/// as its parent, or another. Without a status giving every host a rank the tree is not
+/// known, and every daemon but the controller's is one of "the others".
+fn places_in(
+    status: Option<&Status>,
+    hosts: &[String],
+    ctl: &str,
+) -> BTreeMap<String, &'static str> {
+    let listed = |s: &&Status| {
         hosts
             .iter()
             .all(|h| s.members.iter().any(|m| m.host == *h && m.rank.is_some()))
     };
-    let Some(status) = status.filter(listed) else {
-        return Ok(hosts
+    let parents: Option<BTreeSet<&str>> = status.filter(listed).map(|s| {
+        let host_of: HashMap<u32, &str> = s
+            .members
             .iter()
-            .map(|h| {
-                let place = if *h == dvm.ctl {
-                    CONTROLLER
-                } else {
-                    "the others"
-                };
-                (h.clone(), place)
-            })
-            .collect());
-    };
-    let host_of: HashMap<u32, &str> = status
-        .members
-        .iter()
-        .filter_map(|m| Some((m.rank?, m.host.as_str())))
-        .collect();
-    let parents: BTreeSet<&str> = status
-        .members
-        .iter()
-        .filter_map(|m| host_of.get(&m.parent?).copied())
-        .collect();
-    Ok(hosts
+            .filter_map(|m| Some((m.rank?, m.host.as_str())))
+            .collect();
+        s.members
+            .iter()
+            .filter_map(|m| host_of.get(&m.parent?).copied())
+            .collect()
+    });
+    hosts
         .iter()
         .map(|h| {
-            let place = if *h == dvm.ctl {
-                CONTROLLER
-            } else if parents.contains(h.as_str()) {
-                "with children"
-            } else {
-                "without children"
+            let place = match &parents {
+                _ if h == ctl => CONTROLLER,
+                None => "the others",
+                Some(p) if p.contains(h.as_str()) => "with children",
+                Some(_) => "without children",
             };
             (h.clone(), place)
         })
-        .collect())
+        .collect()
 }
 
 const CONTROLLER: &str = "the controller's";
@@ -493,6 +489,51 @@ mod tests {
             ..sample()
         };
         assert!(table(&[busy]).contains("1 of 5 runs started on a machine that did not get quiet"));
+    }
+
+    #[test]
+    fn places_follow_the_reported_tree_and_without_one_the_daemons_are_the_others() {
+        let hosts: Vec<String> = ["ctl", "n1", "n2", "n3"].map(String::from).to_vec();
+        let member = |rank: u32, host: &str, parent: Option<u32>| conformance::status::Member {
+            rank: Some(rank),
+            host: host.into(),
+            parent,
+            state: conformance::status::MemberState::Joined,
+        };
+        let status = Status {
+            formed: true,
+            members: vec![
+                member(0, "ctl", None),
+                member(1, "n1", Some(0)),
+                member(2, "n2", Some(1)),
+                member(3, "n3", Some(0)),
+            ],
+            ..Status::default()
+        };
+        let p = places_in(Some(&status), &hosts, "ctl");
+        assert_eq!(
+            p.values().copied().collect::<Vec<_>>(),
+            [
+                CONTROLLER,
+                "with children",
+                "without children",
+                "without children"
+            ]
+        );
+        // A host the status does not list, or no status at all: the tree is not known.
+        let partial = Status {
+            members: status.members[..3].to_vec(),
+            ..status.clone()
+        };
+        for unknown in [
+            places_in(Some(&partial), &hosts, "ctl"),
+            places_in(None, &hosts, "ctl"),
+        ] {
+            assert_eq!(
+                unknown.values().copied().collect::<Vec<_>>(),
+                [CONTROLLER, "the others", "the others", "the others"]
+            );
+        }
     }
 
     #[test]
