@@ -45,15 +45,22 @@ fn bench(args: &[&str], out: &Path, name: &str) -> String {
     md
 }
 
-/// The table row of `measure` (its whole title, without the unit) at `nodes`: its cells.
-fn row(md: &str, measure: &str, nodes: usize) -> Vec<String> {
+/// The cells of the first table row of `md` that `is` picks (`what` names it if none does).
+fn cells(md: &str, what: &str, is: impl Fn(&str) -> bool) -> Vec<String> {
     md.lines()
-        .find(|l| l.starts_with(&format!("| {measure} (")) && l.contains(&format!(" | {nodes} |")))
-        .unwrap_or_else(|| panic!("no row {measure:?} at {nodes} nodes in\n{md}"))
+        .find(|l| is(l))
+        .unwrap_or_else(|| panic!("no row {what} in\n{md}"))
         .split('|')
         .map(|c| c.trim().to_string())
         .filter(|c| !c.is_empty())
         .collect()
+}
+
+/// The table row of `measure` (its whole title, without the unit) at `nodes`: its cells.
+fn row(md: &str, measure: &str, nodes: usize) -> Vec<String> {
+    cells(md, &format!("{measure:?} at {nodes} nodes"), |l| {
+        l.starts_with(&format!("| {measure} (")) && l.contains(&format!(" | {nodes} |"))
+    })
 }
 
 /// The ratio in a cell: `1.50×`, or `1.50× (1.47–1.52)` over several repetitions.
@@ -198,14 +205,7 @@ fn two_profiles_held_side_by_side_give_paired_differences_and_a_ratio() {
     );
     // nodes, pairs, A, B, B − A ± se, B / A, A CPU, B CPU, B − A CPU ± se, A daemons' CPU,
     // B daemons' CPU, B − A daemons' CPU ± se, B / A daemons' CPU
-    let r = md
-        .lines()
-        .find(|l| l.starts_with("| 3 | 2 |"))
-        .unwrap_or_else(|| panic!("no row at 3 nodes in\n{md}"))
-        .split('|')
-        .map(|c| c.trim().to_string())
-        .filter(|c| !c.is_empty())
-        .collect::<Vec<_>>();
+    let r = cells(&md, "at 3 nodes", |l| l.starts_with("| 3 | 2 |"));
     assert_eq!(r.len(), 13, "{r:?}");
     assert!(ratio(&r[5]) > 0.0, "{r:?}");
     assert!(ratio(&r[12]) > 0.0, "{r:?}");
@@ -242,15 +242,7 @@ fn a_job_taken_apart_splits_its_cpu_beside_its_floors_with_the_daemons_by_place(
         &out,
         "anatomy",
     );
-    let cells = |start: &str| -> Vec<String> {
-        md.lines()
-            .find(|l| l.starts_with(start))
-            .unwrap_or_else(|| panic!("no row {start:?} in\n{md}"))
-            .split('|')
-            .map(|c| c.trim().to_string())
-            .filter(|c| !c.is_empty())
-            .collect()
-    };
+    let cells = |start: &str| cells(&md, start, |l| l.starts_with(start));
     // what, the job, its floor, the ratio
     let wall = cells("| wall, ms |");
     assert_eq!(wall.len(), 4, "{wall:?}");

@@ -15,8 +15,9 @@
 //! excuses exactly what PMIx allows a failing daemon to lose: an event whose copy was
 //! dropped on a cut link, and, for a tool answered before a link on its path was cut, the
 //! events in flight at that cut or made after it until the tree is whole again and no
-//! interest is in flight (its path being counted again). A tool answered after a cut is owed every later event,
-//! and once every link is back and the network drained every answer must have come.
+//! interest is in flight (its path being counted again). A tool answered after a cut is owed
+//! every later event, and once every link is back and the network drained every answer must
+//! have come.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -82,6 +83,13 @@ struct Client {
     /// each such cut or made after it until the tree was settled again (the last one open
     /// while it is not), which may miss it.
     excused: Vec<(usize, Option<usize>)>,
+}
+
+impl Client {
+    /// Whether its last excused stretch is still open.
+    fn excuse_open(&self) -> bool {
+        self.excused.last().is_some_and(|(_, end)| end.is_none())
+    }
 }
 
 /// What travels between two daemons.
@@ -349,7 +357,7 @@ impl EventSim {
                 for q in [(r, parent), (parent, r)] {
                     for m in self.net.remove(&q).unwrap_or_default() {
                         if let Msg::Event(t) = m {
-                            self.lost.extend(event_id(&t));
+                            self.lost.extend(id_of(&t.event));
                         }
                     }
                 }
@@ -359,17 +367,16 @@ impl EventSim {
                     .values()
                     .flatten()
                     .filter_map(|m| match m {
-                        Msg::Event(t) => event_id(t),
+                        Msg::Event(t) => id_of(&t.event),
                         _ => None,
                     })
                     .map(|id| id as usize)
                     .fold(self.made.len(), usize::min);
                 let tree = self.tree;
                 for k in &mut self.clients {
-                    let open = k.excused.last().is_some_and(|(_, end)| end.is_none());
                     if k.proc.is_none()
                         && k.answered.is_some()
-                        && !open
+                        && !k.excuse_open()
                         && tree.is_ancestor_or_self(r, k.rank)
                     {
                         k.excused.push((made, None));
@@ -420,10 +427,7 @@ impl EventSim {
     /// Once the tree is whole and no interest is in flight, every path is counted again:
     /// the tools' excused stretches end.
     fn settle_excuses(&mut self) {
-        let open = self
-            .clients
-            .iter()
-            .any(|k| k.excused.last().is_some_and(|(_, end)| end.is_none()));
+        let open = self.clients.iter().any(Client::excuse_open);
         let interest_in_flight = self
             .net
             .values()
@@ -474,7 +478,7 @@ impl EventSim {
                             continue;
                         }
                         if self.cut.contains(&ch) {
-                            self.lost.extend(event_id(&t));
+                            self.lost.extend(id_of(&t.event));
                         } else {
                             let m = Msg::Event(t.clone());
                             self.net.entry((at, ch)).or_default().push_back(m);
@@ -505,7 +509,7 @@ impl EventSim {
             // Sent into a link that is down: lost, as on a broken connection.
             Some(_) if self.cut.contains(&at) => {
                 if let Msg::Event(t) = &m {
-                    self.lost.extend(event_id(t));
+                    self.lost.extend(id_of(&t.event));
                 }
             }
             Some(p) => self.net.entry((at, p)).or_default().push_back(m),
@@ -598,8 +602,9 @@ impl EventSim {
     /// registered now heard every job event addressed to it. Those events were kept on its
     /// node for it, however late it came. Every tool registered now had its registration
     /// answered, and heard every event addressed to it that was made after that. Excused:
-    /// an event a copy of which was dropped on a cut link, and for a tool the events made
-    /// while its path was being counted again after a cut (see the module documentation).
+    /// an event a copy of which was dropped on a cut link, and for a tool answered before a
+    /// cut on its path the events in flight at it or made while that path was counted again
+    /// (see the module documentation).
     pub fn check_liveness(&mut self) {
         for c in 0..self.clients.len() {
             let k = &self.clients[c];
@@ -644,8 +649,4 @@ fn id_of(event: &dvmlab_proto::event::Event) -> Option<u64> {
         .iter()
         .find(|i| i.key == "id")
         .and_then(|i| i.value.as_u64())
-}
-
-fn event_id(t: &Travelling) -> Option<u64> {
-    id_of(&t.event)
 }

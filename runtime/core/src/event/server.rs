@@ -198,10 +198,6 @@ impl LocalServer {
             .regs
             .register(codes, directives)
             .map_err(ServerError::Register)?;
-        self.recount(client, before);
-        let Some(c) = self.clients.get(&client) else {
-            return Err(ServerError::UnknownClient(client));
-        };
         let mut out = Vec::new();
         if let Some(p) = c.proc.clone() {
             if let Some(list) = self.kept.get_mut(&p.nspace) {
@@ -229,6 +225,7 @@ impl LocalServer {
                 });
             }
         }
+        self.recount(client, before);
         Ok((id, out))
     }
 
