@@ -7,7 +7,7 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use common::*;
-use dvmlab_harness::{wait_until, BackendKind, IpMode, PrteConf};
+use dvmlab_harness::{wait_until, BackendKind, Direction, IpMode, PrteConf};
 use dvmlab_proto::contract::{MemberState, PingReport};
 
 /// One formation cell: `n` DVMNodes entries at `radix`, the controller listed or not.
@@ -658,4 +658,36 @@ fn a_frozen_parent_is_found_out_by_heartbeats_its_children_heal_past_it_and_it_r
     let (ok, out, err) = dvm.pctl(&["ping", "--all"]);
     assert!(ok, "{out}{err}");
     dvm.stop_cleanly(&hosts);
+}
+
+/// Found by the conformance suite's seeded fault schedule: a daemon whose parent gave up on
+/// it just before the stop was awaited by no daemon, so nothing told it; it healed up to a
+/// controller that had exited and retried forever. Here rank 3 is cut off from its parent
+/// (rank 1) alone and, with `DVMConnectMaxTime` 0, retries that parent forever: the stop
+/// cannot reach it through the tree, and the controller tells it directly.
+#[test]
+fn a_daemon_cut_off_from_its_parent_when_the_stop_comes_is_told_by_the_controller_and_exits() {
+    let Some(b) = backend("stop of a cut-off daemon", Needs::Netns) else {
+        return;
+    };
+    let (_, hosts) = ctl_and_nodes(4);
+    let conf = conf_for(4).set("DVMRadix", 2).set("DVMConnectMaxTime", "0");
+    let mut dvm = Dvm::with_spec("stop-cut", b, IpMode::V4, &hosts, &conf, |s| {
+        s.env
+            .push(("PRTE_MCA_dvmlab_heartbeat_interval".into(), "0.2".into()))
+    });
+    dvm.cluster.start_all().unwrap();
+    dvm.wait_formed(Duration::from_secs(10));
+    dvm.cluster
+        .partition(&["n03"], &["n01"], Direction::Both)
+        .unwrap();
+    dvm.wait_status(Duration::from_secs(10), "rank 3 lost", |s| {
+        s.members[3].state == MemberState::Lost
+    });
+    dvm.stop_cleanly(&hosts);
+    let log = dvm.cluster.log("n03");
+    assert!(
+        log.contains("the controller says the DVM stops"),
+        "rank 3 was told directly:\n{log}"
+    );
 }

@@ -55,6 +55,11 @@ pub struct Hello {
     pub caps: u64,
     pub nspace: String,
     pub peer: Peer,
+    /// Set only by a stopping controller on a poke ([`Hello::stopping()`]): the DVM is
+    /// stopping and the poked daemon, which the stop could not reach through the tree, is
+    /// to stop too. A daemon that does not know the field takes it as a plain poke.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopping: bool,
 }
 
 /// The membership a parent hands a joining child: what differs from what the child read in
@@ -519,6 +524,15 @@ impl Hello {
             caps: CAPS,
             nspace: nspace.into(),
             peer,
+            stopping: false,
+        }
+    }
+
+    /// The hello of a stopping controller's poke (see the `stopping` field).
+    pub fn stopping(nspace: &str, peer: Peer) -> Hello {
+        Hello {
+            stopping: true,
+            ..Hello::new(nspace, peer)
         }
     }
 
@@ -601,6 +615,21 @@ mod tests {
         let mut c = FrameCodec::default();
         let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..]);
         assert!(c.decode(&mut buf).is_err());
+    }
+
+    #[test]
+    fn a_stopping_poke_is_marked_and_a_hello_without_the_mark_is_none() {
+        let peer = Peer::Daemon {
+            rank: 0,
+            host: "ctl".into(),
+        };
+        roundtrip(Frame::Hello(Hello::stopping("c-prte-dvm", peer.clone())));
+        let plain = serde_json::to_string(&Hello::new("c-prte-dvm", peer.clone())).unwrap();
+        assert!(!plain.contains("stopping"), "{plain}");
+        let read: Hello = serde_json::from_str(&plain).unwrap();
+        assert!(!read.stopping);
+        let marked = serde_json::to_string(&Hello::stopping("c-prte-dvm", peer)).unwrap();
+        assert!(serde_json::from_str::<Hello>(&marked).unwrap().stopping);
     }
 
     #[test]

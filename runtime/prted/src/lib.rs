@@ -335,6 +335,9 @@ pub async fn run(
     };
     let mut links: HashMap<LinkId, LinkHandle> = HashMap::new();
     let mut writers: Vec<JoinHandle<()>> = Vec::new();
+    // The stopping controller's pokes of members its stop could not reach: made before it
+    // exits, or they would die with it.
+    let mut stop_pokes: Vec<JoinHandle<()>> = Vec::new();
     let (shell_tx, mut shell_rx) = mpsc::channel(EVENT_QUEUE);
     let runner = shell::Runner::new(
         p.identity.rank,
@@ -421,8 +424,11 @@ pub async fn run(
                 }
                 Output::Net(Io::Note(n)) => log_note(&n, &states),
                 Output::Net(Io::Exit) => break 'main,
-                Output::Net(Io::Poke { rank, host }) => {
-                    tokio::spawn(poke(ctx.clone(), rank, host));
+                Output::Net(Io::Poke { rank, host, stop }) => {
+                    let task = tokio::spawn(poke(ctx.clone(), rank, host, stop));
+                    if stop {
+                        stop_pokes.push(task);
+                    }
                 }
                 Output::Net(Io::Hurry) => ctx.hurry.notify_waiters(),
                 Output::SetTimer { timer, delay } => {
@@ -539,6 +545,10 @@ pub async fn run(
         pending = core.handle(now(), input);
     }
     runner.kill_all();
+    let told_by = tokio::time::Instant::now() + STOP_POKES_WITHIN;
+    for p in stop_pokes {
+        let _ = tokio::time::timeout_at(told_by, p).await;
+    }
     accept.abort();
     accept_local.abort();
     drop(links);
@@ -627,6 +637,9 @@ fn log_note(n: &Note, states: &StateLogging) {
             warn!("stop: no exit confirmation from ranks {ranks:?}")
         }
         Note::Poked { rank } => debug!("rank {rank} is up: connecting up now"),
+        Note::ToldToStop => warn!(
+            "the controller says the DVM stops (its stop could not reach this daemon through the tree); stopping"
+        ),
         Note::StopUnacknowledged { ranks } => warn!(
             "stop: the confirmation that ranks {ranks:?} stopped was not acknowledged within {:?}; exiting",
             overlay::STOP_GRACE
@@ -1027,6 +1040,7 @@ where
                 .common_version()
                 .unwrap_or(dvmlab_proto::wire::MIN_VERSION),
             peer: hello.peer,
+            stopping: hello.stopping,
         }))
         .await;
     read_frames(ctx, link, frames, reading, &peer).await;
@@ -1161,7 +1175,7 @@ async fn connect(
         _ = ctx.hurry.notified() => {}
     }
     let addr = redial_address(&redial, rank, booted).await;
-    match try_connect(&ctx, addr).await {
+    match try_connect(&ctx, addr, false).await {
         Ok((stream, sealer, frames, version)) => {
             let link = ctx.next_link.fetch_add(1, Ordering::Relaxed);
             let what = format!("rank {rank} at {addr}");
@@ -1190,10 +1204,16 @@ async fn connect(
 /// tree) spreads their connects and handshakes out.
 const MAX_POKES: usize = 16;
 
+/// How long a stopping controller waits, before it exits, for its pokes of the members its
+/// stop could not reach: a refused connect or a welcome takes a round trip; a frozen or
+/// cut-off host cannot be told anyway.
+const STOP_POKES_WITHIN: Duration = Duration::from_secs(3);
+
 /// Tells child `rank` on `host` that this daemon is up: the connect, key handshake and
-/// hello of any link up, which the child declines. Whatever happens is only logged: a child
-/// not started yet, or one that has connected meanwhile, is no failure.
-async fn poke(ctx: Arc<Ctx>, rank: Rank, host: String) {
+/// hello of any link up, which the child declines; with `stop`, that the DVM is stopping
+/// (see `Io::Poke`). Whatever happens is only logged: a child not started yet, or one that
+/// has connected meanwhile, is no failure.
+async fn poke(ctx: Arc<Ctx>, rank: Rank, host: String, stop: bool) {
     let Ok(_permit) = ctx.pokes.acquire().await else {
         return;
     };
@@ -1205,8 +1225,11 @@ async fn poke(ctx: Arc<Ctx>, rank: Rank, host: String) {
     let Some(addr) = addr else {
         return debug!("poke of rank {rank}: {host} does not resolve");
     };
-    match try_connect(&ctx, addr).await {
+    match try_connect(&ctx, addr, stop).await {
         Ok(_) => debug!("poke of rank {rank} at {addr}: welcomed, closed"),
+        Err(e) if stop => {
+            info!("stop: poked rank {rank}, which the tree could not reach, at {addr}: {e}")
+        }
         Err(e) => debug!("poke of rank {rank}: {e}"),
     }
 }
@@ -1240,9 +1263,10 @@ type Halves = (
     u32,
 );
 
-/// Connects to an ancestor: the key handshake (with a key), then the hello, both within the
-/// hello window.
-async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
+/// Connects to an ancestor (or pokes a descendant): the key handshake (with a key), then
+/// the hello, both within the hello window; `stopping` marks the hello of a stopping
+/// controller's poke.
+async fn try_connect(ctx: &Ctx, addr: SocketAddr, stopping: bool) -> Result<Halves, String> {
     let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
         .await
         .map_err(|_| format!("connect to {addr} timed out"))?
@@ -1262,7 +1286,11 @@ async fn try_connect(ctx: &Ctx, addr: SocketAddr) -> Result<Halves, String> {
     };
     let (read, mut write) = stream.into_split();
     let mut sealer = sealer;
-    let hello = Frame::Hello(Hello::new(&ctx.nspace, ctx.me.clone()));
+    let hello = Frame::Hello(if stopping {
+        Hello::stopping(&ctx.nspace, ctx.me.clone())
+    } else {
+        Hello::new(&ctx.nspace, ctx.me.clone())
+    });
     let bytes = wire_bytes(&hello, sealer.as_mut())?;
     write
         .write_all(&bytes)

@@ -55,10 +55,12 @@ pub enum Ev {
         to: Rank,
         attempt: u64,
     },
-    /// `from` connects to `to` only to say it is up (`Io::Poke`).
+    /// `from` connects to `to` only to say it is up, or with `stop` that the DVM stops
+    /// (`Io::Poke`).
     Poke {
         from: Rank,
         to: Rank,
+        stop: bool,
     },
     /// The daemon dies; with `fin` its peers see its connections close, without it they only
     /// stop hearing from it (power loss, freeze, partition).
@@ -463,9 +465,16 @@ impl Sim {
                     }
                 }
             }
-            Output::Net(Io::Poke { rank, .. }) => {
+            Output::Net(Io::Poke { rank, stop, .. }) => {
                 let t = self.now + self.lat();
-                self.at(t, Ev::Poke { from: r, to: rank });
+                self.at(
+                    t,
+                    Ev::Poke {
+                        from: r,
+                        to: rank,
+                        stop,
+                    },
+                );
             }
             Output::Net(Io::Send { link, frame }) if link == TOOL => {
                 if let Frame::ToolReply(rep) = frame {
@@ -803,6 +812,7 @@ impl Sim {
             link,
             peer: Peer::Tool,
             version: dvmlab_proto::wire::VERSION,
+            stopping: false,
         };
         self.feed(at, hello);
         let job = Submit {
@@ -850,6 +860,7 @@ impl Sim {
             link,
             peer: Peer::Tool,
             version: dvmlab_proto::wire::VERSION,
+            stopping: false,
         };
         self.feed(at, hello);
         let up = EventUp::Register {
@@ -868,6 +879,7 @@ impl Sim {
                 link: TOOL,
                 peer: Peer::Tool,
                 version: dvmlab_proto::wire::VERSION,
+                stopping: false,
             },
         );
     }
@@ -896,7 +908,7 @@ impl Sim {
     }
 
     /// A new link from `from` to `to`, with `from`'s hello on its way; the dialer's side.
-    fn hello_link(&mut self, from: Rank, to: Rank) -> LinkId {
+    fn hello_link(&mut self, from: Rank, to: Rank, stopping: bool) -> LinkId {
         let (a, b) = (self.next_link, self.next_link + 1);
         self.next_link += 2;
         self.links.insert(a, (from, to, b));
@@ -910,6 +922,7 @@ impl Sim {
                 link: b,
                 peer: Peer::Daemon { rank: from, host },
                 version,
+                stopping,
             },
         );
         a
@@ -1099,12 +1112,14 @@ impl Sim {
                         self.close(open[seed % open.len()]);
                     }
                 }
-                Ev::Poke { from, to } => {
-                    if !self.alive[from as usize] || !self.alive[to as usize] {
+                Ev::Poke { from, to, stop } => {
+                    // A stopping controller's shell makes its pokes before it exits.
+                    let made = self.alive[from as usize] || (stop && self.exited[from as usize]);
+                    if !made || !self.alive[to as usize] {
                         continue;
                     }
                     self.poked.push((self.now, from, to));
-                    let a = self.hello_link(from, to);
+                    let a = self.hello_link(from, to, stop);
                     self.pokes.insert(a);
                 }
                 Ev::Dial { from, to, attempt } => {
@@ -1113,7 +1128,7 @@ impl Sim {
                     }
                     self.dials[from as usize].1 = None;
                     if self.alive[to as usize] {
-                        let a = self.hello_link(from, to);
+                        let a = self.hello_link(from, to, false);
                         self.pending.insert(a, to);
                         self.at(self.now + 5000, Ev::HelloTimeout { link: a });
                     } else {
@@ -1250,6 +1265,7 @@ pub fn scenario_with_freezes(
             link,
             peer: Peer::Tool,
             version: dvmlab_proto::wire::VERSION,
+            stopping: false,
         };
         sim.at(t, Ev::Input(rank, hello));
         let up = EventUp::Register {

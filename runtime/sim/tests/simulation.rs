@@ -729,17 +729,7 @@ fn a_daemon_restarted_after_a_silent_crash_beats_only_on_its_own_timers() {
 /// confirms to the controller directly when its link breaks first.
 #[test]
 fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_gave_up_on_it() {
-    let n = 9;
-    let mut sim = Sim::new(n, 3, Some(1000), vec![1, 2, 1, 3]);
-    for r in 0..n {
-        sim.at(0, Ev::Boot(r));
-    }
-    sim.run_until(5_000);
-    assert!(
-        sim.nodes[&0].node().formed(),
-        "{:?}",
-        sim.nodes[&0].status()
-    );
+    let mut sim = nine_formed_at_radix_3();
     // Rank 5 (a leaf under rank 2) hears nothing from 6 s on, until its parent has dropped
     // it; the stop comes in between.
     sim.at(6_000, Ev::Stall { rank: 5, ms: 4_500 });
@@ -754,6 +744,46 @@ fn a_leaf_cut_off_as_the_stop_comes_confirms_to_the_controller_when_its_parent_g
         sim.dead_links
     );
     stop.unwrap();
+}
+
+/// Nine daemons at radix 3 (rank 5 a leaf under rank 2), booted together over uneven
+/// latencies and formed by 5 s.
+fn nine_formed_at_radix_3() -> Sim {
+    let n = 9;
+    let mut sim = Sim::new(n, 3, Some(1000), vec![1, 2, 1, 3]);
+    for r in 0..n {
+        sim.at(0, Ev::Boot(r));
+    }
+    sim.run_until(5_000);
+    assert!(
+        sim.nodes[&0].node().formed(),
+        "{:?}",
+        sim.nodes[&0].status()
+    );
+    sim
+}
+
+/// Found by the conformance suite's seeded fault schedule (seed 169699192): a leaf cut off
+/// by a partition was dropped by its parent, and the controller counted it lost, just
+/// before the stop came. No daemon awaited it, so nothing told it: it woke to a broken
+/// link, healed up to a controller that had exited, and retried forever. The controller
+/// now tells every member it cannot reach through the tree directly.
+#[test]
+fn a_leaf_its_parent_gave_up_on_just_before_the_stop_is_told_to_stop_directly() {
+    let mut sim = nine_formed_at_radix_3();
+    // Rank 5 (a leaf under rank 2) hears nothing from 6 s on; its parent drops it before
+    // the stop, which comes while rank 5 still hears nothing.
+    sim.at(6_000, Ev::Stall { rank: 5, ms: 6_000 });
+    sim.run_until(11_000);
+    assert!(
+        sim.dead_links
+            .iter()
+            .any(|&(_, by, lost)| by == 2 && lost == 5),
+        "the scene: rank 2 dropped rank 5 before the stop: {:?}",
+        sim.dead_links
+    );
+    sim.tool_hello();
+    sim.stop_cleanly().unwrap();
 }
 
 /// Daemons started long before the controller sit at their back-off plateau

@@ -79,7 +79,7 @@ impl Node {
         self.io(Io::Close { link });
     }
 
-    pub(super) fn on_hello(&mut self, link: LinkId, peer: Peer, version: u32) {
+    pub(super) fn on_hello(&mut self, link: LinkId, peer: Peer, version: u32, stopping: bool) {
         let welcome = Frame::Welcome {
             nspace: self.cfg.identity.nspace.clone(),
             rank: self.me,
@@ -108,7 +108,7 @@ impl Node {
             }
             Peer::Daemon { rank, host } => {
                 if rank != self.me && self.cfg.tree.is_ancestor_or_self(rank, self.me) {
-                    return self.on_poke(link, rank);
+                    return self.on_poke(link, rank, stopping);
                 }
                 let size = self.roster.len();
                 if rank == 0 || !self.roster.contains(rank) || rank == self.me {
@@ -220,20 +220,33 @@ impl Node {
             .map(|(r, _)| (r, self.roster.host(r).to_string()))
             .collect();
         for (rank, host) in pokes {
-            self.io(Io::Poke { rank, host });
+            self.io(Io::Poke {
+                rank,
+                host,
+                stop: false,
+            });
         }
     }
 
     /// An ancestor connected down to say it is up: declined (links go up, never down), and
-    /// this daemon's connect up, if it is waiting out its back-off, is made now.
-    fn on_poke(&mut self, link: LinkId, rank: Rank) {
+    /// this daemon's connect up, if it is waiting out its back-off, is made now. The
+    /// controller saying it is stopping stops this daemon (see `stop.rs`).
+    fn on_poke(&mut self, link: LinkId, rank: Rank, stopping: bool) {
+        let stop = stopping && rank == 0;
+        let reason = if stop {
+            format!("rank {} stops", self.me)
+        } else {
+            format!("rank {} connects up by itself", self.me)
+        };
         self.io(Io::Send {
             link,
-            frame: Frame::Refuse {
-                reason: format!("rank {} connects up by itself", self.me),
-            },
+            frame: Frame::Refuse { reason },
         });
         self.io(Io::Close { link });
+        if stop {
+            self.note(Note::ToldToStop);
+            return self.stop_unawaited();
+        }
         let waiting = self.up.is_none()
             && self.stopping.is_none()
             && self.confirming.is_none()

@@ -95,11 +95,13 @@ pub enum Input {
         reason: String,
     },
     /// A peer connected to us and said hello; `version` is the newest protocol version both
-    /// speak (the shell checked there is one).
+    /// speak (the shell checked there is one). `stopping`: the hello said so (a stopping
+    /// controller's poke).
     Hello {
         link: LinkId,
         peer: Peer,
         version: u32,
+        stopping: bool,
     },
     Frame {
         link: LinkId,
@@ -170,10 +172,13 @@ pub enum Io {
     Exit,
     /// Tell the daemon of `rank` on `host` (a child by the tree formula) that this daemon is
     /// up: connect to it and say hello (it declines, and hurries its own connect up).
-    /// Nothing comes back to the core.
+    /// Nothing comes back to the core. With `stop` (only from a stopping controller, to a
+    /// member the stop cannot reach through the tree) the hello says the DVM is stopping,
+    /// and the poke is made before the daemon exits.
     Poke {
         rank: Rank,
         host: String,
+        stop: bool,
     },
     /// A connect waiting out its back-off delay is made now (none waiting: nothing).
     Hurry,
@@ -310,6 +315,9 @@ pub enum Note {
     Poked {
         rank: Rank,
     },
+    /// The controller said the DVM stops, directly: its stop could not reach this daemon
+    /// through the tree.
+    ToldToStop,
 }
 
 #[derive(Debug, Clone)]
@@ -335,6 +343,9 @@ struct Stopping {
     tool: Option<LinkId>,
     pending: BTreeSet<Rank>,
     confirmed: BTreeSet<Rank>,
+    /// Told to stop by the controller directly (see `stop.rs`): no daemon above awaits
+    /// this one's confirmation, so it exits without waiting for an acknowledgment.
+    unawaited: bool,
 }
 
 /// One member's protocol state. See the module documentation.
@@ -497,7 +508,8 @@ impl Node {
                 link,
                 peer,
                 version,
-            } => self.on_hello(link, peer, version),
+                stopping,
+            } => self.on_hello(link, peer, version, stopping),
             Input::Frame { link, msg } => self.on_frame(now, link, msg),
             Input::Tool { link, req } => self.on_tool(now, link, req),
             Input::Event { link, up } => {
@@ -634,7 +646,7 @@ impl Node {
                 ttl,
                 body,
             } if from_child || from_parent => self.on_routed(now, link, src, dst, ttl, body),
-            DaemonMsg::Shutdown if from_parent => self.begin_stop(None),
+            DaemonMsg::Shutdown if from_parent => self.begin_stop(None, false),
             DaemonMsg::ExecUp { req } if from_child => {
                 self.emit(Output::Exec(crate::exec::Input::Up { link, req }))
             }
@@ -708,7 +720,7 @@ impl Node {
         match req {
             ToolRequest::Status => self.emit(Output::StatusFor { link }),
             ToolRequest::Ping { rank } => self.start_ping(now, link, rank),
-            ToolRequest::Stop => self.begin_stop(Some(link)),
+            ToolRequest::Stop => self.begin_stop(Some(link), false),
             ToolRequest::Submit { .. }
             | ToolRequest::Jobs
             | ToolRequest::Kill { .. }
@@ -918,6 +930,7 @@ mod tests {
                 link,
                 peer,
                 version,
+                stopping: false,
             },
         );
     }
@@ -1001,17 +1014,8 @@ mod tests {
     /// Rank 1, restarted and not yet told of the grow that added ranks 4-7, with child 3
     /// on link 10 that reported `members`; and the wireup that names ranks 4-7.
     fn restarted_with_a_report(members: Vec<Member>) -> (Node, DaemonMsg) {
-        let mut d = node(4, 1);
-        d.handle(T, Input::Start);
         let version = dvmlab_proto::wire::VERSION;
-        d.handle(
-            T,
-            Input::UplinkUp {
-                link: 1,
-                rank: 0,
-                version,
-            },
-        );
+        let mut d = joined(4, 1, version);
         let peer = Peer::Daemon {
             rank: 3,
             host: "h3".into(),
@@ -1022,6 +1026,7 @@ mod tests {
                 link: 10,
                 peer,
                 version,
+                stopping: false,
             },
         );
         let out = d.handle(
@@ -1122,16 +1127,7 @@ mod tests {
 
     #[test]
     fn a_broken_path_up_closes_tools_but_not_the_job_processes_events_and_forgets_both_rightly() {
-        let mut d = node(4, 1);
-        d.handle(T, Input::Start);
-        d.handle(
-            T,
-            Input::UplinkUp {
-                link: 1,
-                rank: 0,
-                version: dvmlab_proto::wire::VERSION,
-            },
-        );
+        let mut d = joined(4, 1, dvmlab_proto::wire::VERSION);
         tool_hello(&mut d, 100);
         let peer = Peer::Process {
             nspace: "dvm@1".into(),
@@ -1144,6 +1140,7 @@ mod tests {
                 link: 200,
                 peer,
                 version,
+                stopping: false,
             },
         );
         let out = d.handle(T, Input::Closed { link: 1 });
@@ -1175,16 +1172,7 @@ mod tests {
 
     #[test]
     fn a_relayed_request_that_cannot_go_up_closes_its_tool_below_and_tells_the_subtree() {
-        let mut d = node(8, 1);
-        d.handle(T, Input::Start);
-        d.handle(
-            T,
-            Input::UplinkUp {
-                link: 1,
-                rank: 0,
-                version: dvmlab_proto::wire::VERSION,
-            },
-        );
+        let mut d = joined(8, 1, dvmlab_proto::wire::VERSION);
         hello(&mut d, T, 30, 3);
         report(&mut d, T, 30, vec![member(3, 1, 5)]);
         // The way up breaks: the subtree hears of it, and a request from below that was on
@@ -1322,6 +1310,22 @@ mod tests {
         }
     }
 
+    /// Daemon `rank` of `size`, started and joined under the controller on link 1 (protocol
+    /// `version`).
+    fn joined(size: u32, rank: Rank, version: u32) -> Node {
+        let mut d = node(size, rank);
+        d.handle(T, Input::Start);
+        d.handle(
+            T,
+            Input::UplinkUp {
+                link: 1,
+                rank: 0,
+                version,
+            },
+        );
+        d
+    }
+
     fn hello(n: &mut Node, now: Duration, link: LinkId, rank: Rank) -> Vec<Output> {
         let peer = Peer::Daemon {
             rank,
@@ -1333,6 +1337,7 @@ mod tests {
                 link,
                 peer,
                 version: dvmlab_proto::wire::VERSION,
+                stopping: false,
             },
         )
     }
@@ -1498,6 +1503,7 @@ mod tests {
                 link: 99,
                 peer: Peer::Tool,
                 version: dvmlab_proto::wire::VERSION,
+                stopping: false,
             },
         );
         c.handle(
@@ -1535,7 +1541,107 @@ mod tests {
             if unconfirmed == &vec![2])),
             "{out:?}"
         );
+        assert_eq!(
+            told_to_stop(&out),
+            [2],
+            "the last word to the unconfirmed: {out:?}"
+        );
         assert!(out.contains(&Output::Io(Io::Exit)));
+    }
+
+    /// The ranks `out` pokes with the stop.
+    fn told_to_stop(out: &[Output]) -> Vec<Rank> {
+        out.iter()
+            .filter_map(|o| match o {
+                Output::Io(Io::Poke {
+                    rank,
+                    host,
+                    stop: true,
+                }) if *host == format!("h{rank}") => Some(*rank),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn stop_poke(n: &mut Node, link: LinkId, from: Rank) -> Vec<Output> {
+        let peer = Peer::Daemon {
+            rank: from,
+            host: format!("h{from}"),
+        };
+        n.handle(
+            T,
+            Input::Hello {
+                link,
+                peer,
+                version: dvmlab_proto::wire::VERSION,
+                stopping: true,
+            },
+        )
+    }
+
+    #[test]
+    fn a_stopping_controller_tells_the_members_it_cannot_reach_directly() {
+        // Rank 1 is joined; rank 2's parent gave up on it just before the stop; rank 3
+        // never joined; rank 4 left the DVM.
+        let mut c = controller(5);
+        hello(&mut c, T, 10, 1);
+        report(&mut c, T, 10, vec![member(1, 0, 1)]);
+        hello(&mut c, T, 20, 2);
+        report(&mut c, T, 20, vec![member(2, 0, 1)]);
+        c.handle(T, Input::Closed { link: 20 });
+        c.roster.set(4, State::Departed);
+        tool_hello(&mut c, 99);
+        let out = c.handle(
+            T,
+            Input::Tool {
+                link: 99,
+                req: ToolRequest::Stop,
+            },
+        );
+        assert_eq!(told_to_stop(&out), [2, 3], "{out:?}");
+        assert!(out.contains(&Output::Io(Io::Send {
+            link: 10,
+            frame: Frame::Daemon(DaemonMsg::Shutdown)
+        })));
+        // Those told directly are not awaited: the stop ends with rank 1's confirmation.
+        let out = frame(&mut c, 10, DaemonMsg::Stopped { ranks: vec![1] });
+        assert!(exits(&out), "{out:?}");
+        assert!(out.iter().any(|o| matches!(o,
+            Output::Io(Io::Send { frame: Frame::ToolReply(ToolReply::Stopped { unconfirmed }), .. })
+            if unconfirmed.is_empty())));
+    }
+
+    #[test]
+    fn a_daemon_the_controller_tells_to_stop_directly_stops_its_subtree_and_exits_unacknowledged() {
+        // Rank 1 of 8 (radix 2), cut off from its parent, with rank 3 below it.
+        let mut d = node(8, 1);
+        d.handle(T, Input::Start);
+        hello(&mut d, T, 30, 3);
+        report(&mut d, T, 30, vec![member(3, 1, 5)]);
+        let out = stop_poke(&mut d, 40, 0);
+        assert!(out.contains(&Output::Io(Io::Close { link: 40 })), "{out:?}");
+        assert!(out.contains(&Output::Io(Io::Send {
+            link: 30,
+            frame: Frame::Daemon(DaemonMsg::Shutdown)
+        })));
+        assert!(!exits(&out), "its subtree first: {out:?}");
+        let out = frame(&mut d, 30, DaemonMsg::Stopped { ranks: vec![3] });
+        assert!(exits(&out), "nobody above awaits it: {out:?}");
+    }
+
+    #[test]
+    fn only_the_controller_stops_a_daemon_by_a_poke_and_one_awaiting_its_acknowledgment_exits() {
+        // Rank 1 confirmed to its parent and awaits the acknowledgment.
+        let mut d = joined(8, 1, dvmlab_proto::wire::VERSION);
+        let out = frame(&mut d, 1, DaemonMsg::Shutdown);
+        assert!(confirms(&out, 1, &[1]) && !exits(&out), "{out:?}");
+        // Rank 3 below it claims the stop: links go up, so it is only a poke (declined).
+        let mut leaf = node(8, 3);
+        leaf.handle(T, Input::Start);
+        let out = stop_poke(&mut leaf, 40, 1);
+        assert!(!exits(&out) && leaf.stopping.is_none(), "{out:?}");
+        let out = stop_poke(&mut d, 40, 0);
+        assert!(exits(&out), "{out:?}");
     }
 
     #[test]
@@ -1571,16 +1677,7 @@ mod tests {
     /// with rank 3 (and 7 below it) on link 30 and rank 5 on link 50, told by its parent to
     /// stop; rank 5 has confirmed, and was acknowledged.
     fn stopping_daemon(version: u32) -> Node {
-        let mut d = node(8, 1);
-        d.handle(T, Input::Start);
-        d.handle(
-            T,
-            Input::UplinkUp {
-                link: 1,
-                rank: 0,
-                version,
-            },
-        );
+        let mut d = joined(8, 1, version);
         hello(&mut d, T, 30, 3);
         report(&mut d, T, 30, vec![member(3, 1, 5), member(7, 3, 6)]);
         hello(&mut d, T, 50, 5);
@@ -1757,6 +1854,7 @@ mod tests {
                 link: 99,
                 peer: Peer::Tool,
                 version: dvmlab_proto::wire::VERSION,
+                stopping: false,
             },
         );
         let out = c.handle(
@@ -1806,7 +1904,11 @@ mod tests {
     fn poked(out: &[Output]) -> Vec<Rank> {
         out.iter()
             .filter_map(|o| match o {
-                Output::Io(Io::Poke { rank, host }) if *host == format!("h{rank}") => Some(*rank),
+                Output::Io(Io::Poke {
+                    rank,
+                    host,
+                    stop: false,
+                }) if *host == format!("h{rank}") => Some(*rank),
                 _ => None,
             })
             .collect()

@@ -6,11 +6,18 @@
 //! protocol version 4 the parent acknowledges a counted confirmation, and a daemon exits
 //! only on that acknowledgment: if its link up breaks first, it connects to the controller,
 //! the one daemon that awaits every rank to the end, and confirms there.
+//!
+//! A member the stop cannot reach through the tree (cut off just before it, its parent
+//! having given up on it) would never hear of it: it heals up to a controller that is gone
+//! and retries forever. So the controller pokes each member it has no route to, as the stop
+//! begins and again for those unconfirmed at its end, with a hello that says it is stopping.
+//! A daemon told so stops its subtree and exits without awaiting an acknowledgment: nobody
+//! above awaits it.
 
 use super::*;
 
 impl Node {
-    pub(super) fn begin_stop(&mut self, tool: Option<LinkId>) {
+    pub(super) fn begin_stop(&mut self, tool: Option<LinkId>, unawaited: bool) {
         if self.stopping.is_some() || self.confirming.is_some() {
             if let Some(t) = tool {
                 self.reply(
@@ -27,10 +34,22 @@ impl Node {
             pending.insert(c.rank);
             pending.extend(c.members.iter().copied());
         }
+        if self.is_controller() {
+            let unreachable: Vec<Rank> = self
+                .roster
+                .iter()
+                .filter(|(r, m)| {
+                    *r != self.me && m.state != State::Departed && !pending.contains(r)
+                })
+                .map(|(r, _)| r)
+                .collect();
+            self.tell_stop(unreachable);
+        }
         self.stopping = Some(Stopping {
             tool,
             pending,
             confirmed: BTreeSet::new(),
+            unawaited,
         });
         self.note(Note::JobState {
             state: "TERMINATING",
@@ -85,6 +104,9 @@ impl Node {
             self.note(Note::StopIncomplete {
                 ranks: unconfirmed.clone(),
             });
+            if self.is_controller() {
+                self.tell_stop(unconfirmed.iter().copied());
+            }
         }
         self.note(Note::ProcState {
             rank: self.me,
@@ -105,10 +127,11 @@ impl Node {
         }
         // With no link up, a daemon other than the controller is already reconnecting (see
         // `drop_uplink`) and confirms once it is in.
-        let await_ack = match self.up {
-            Some(_) => self.up_version >= 4,
-            None => self.uplink.is_some(),
-        };
+        let await_ack = !st.unawaited
+            && match self.up {
+                Some(_) => self.up_version >= 4,
+                None => self.uplink.is_some(),
+            };
         let tools: Vec<LinkId> = st
             .tool
             .into_iter()
@@ -161,6 +184,33 @@ impl Node {
         if let Some(ranks) = &self.confirming {
             let ranks = ranks.clone();
             self.send(link, DaemonMsg::Stopped { ranks });
+        }
+    }
+
+    /// Pokes `ranks` with the stop (the controller's last word to members it cannot reach);
+    /// the shell makes these pokes before the controller exits.
+    fn tell_stop(&mut self, ranks: impl IntoIterator<Item = Rank>) {
+        for rank in ranks {
+            let host = self.roster.host(rank).to_string();
+            self.io(Io::Poke {
+                rank,
+                host,
+                stop: true,
+            });
+        }
+    }
+
+    /// The controller poked this daemon to say the DVM stops: the stop did not reach it
+    /// through the tree, and no daemon above awaits its confirmation. It stops its subtree
+    /// as any stopping daemon does and exits without an acknowledgment; one that already
+    /// confirmed and awaits it exits now.
+    pub(super) fn stop_unawaited(&mut self) {
+        if self.confirming.take().is_some() {
+            return self.io(Io::Exit);
+        }
+        match self.stopping.as_mut() {
+            Some(st) => st.unawaited = true,
+            None => self.begin_stop(None, true),
         }
     }
 
