@@ -545,12 +545,14 @@ pub async fn run(
         pending = core.handle(now(), input);
     }
     runner.kill_all();
+    // Nothing more is taken in (the port is free again for a DVM started next) while the
+    // stop's last pokes are made.
+    accept.abort();
+    accept_local.abort();
     let told_by = tokio::time::Instant::now() + STOP_POKES_WITHIN;
     for p in stop_pokes {
         let _ = tokio::time::timeout_at(told_by, p).await;
     }
-    accept.abort();
-    accept_local.abort();
     drop(links);
     for w in writers {
         let _ = tokio::time::timeout(Duration::from_secs(2), w).await;

@@ -189,9 +189,12 @@ impl Node {
                 if self.departing {
                     self.send(link, DaemonMsg::Rehome);
                 }
-                // A daemon that reaches us while we stop is told to stop too, and awaited.
+                // A daemon that reaches us while we stop is told to stop too, and awaited
+                // unless it was told directly.
                 if let Some(st) = self.stopping.as_mut() {
-                    st.pending.insert(rank);
+                    if !st.told.contains(&rank) {
+                        st.pending.insert(rank);
+                    }
                     self.send(link, DaemonMsg::Shutdown);
                 }
             }

@@ -34,22 +34,24 @@ impl Node {
             pending.insert(c.rank);
             pending.extend(c.members.iter().copied());
         }
-        if self.is_controller() {
-            let unreachable: Vec<Rank> = self
-                .roster
+        let told: BTreeSet<Rank> = if self.is_controller() {
+            self.roster
                 .iter()
                 .filter(|(r, m)| {
                     *r != self.me && m.state != State::Departed && !pending.contains(r)
                 })
                 .map(|(r, _)| r)
-                .collect();
-            self.tell_stop(unreachable);
-        }
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        self.tell_stop(told.iter().copied());
         self.stopping = Some(Stopping {
             tool,
             pending,
             confirmed: BTreeSet::new(),
             unawaited,
+            told,
         });
         self.note(Note::JobState {
             state: "TERMINATING",
