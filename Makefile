@@ -90,16 +90,22 @@ BENCH := cargo run --release -q -p dvmlab-bench --
 ## The runtime the benches measure is built with profile-guided optimization (PGO=0: the
 ## plain release build): bench/pgo-train runs an instrumented build through a training
 ## workload once per change of the runtime's sources, and the benches' build (its own target
-## directory, target/pgo/use) is optimized with what it recorded. Without llvm-profdata
-## (.ci/run installs Debian's llvm-19) they measure the plain release build and say so.
+## directory, target/pgo/use) is optimized with what it recorded. Only for dvmlab's own
+## profiles: a target measuring any other profile builds plainly, its build command left as
+## its author wrote it. Without llvm-profdata (.ci/run installs Debian's llvm-19) the benches
+## measure the plain release build and say so; the tables' stamps name the build.
 PGO ?= 1
 PGO_DIR := $(CURDIR)/target/pgo
-WITH_PGO = if [ "$(PGO)" = 1 ] && bench/pgo-train $(PGO_DIR); then \
-	  export CARGO_TARGET_DIR=$(PGO_DIR)/use RUSTFLAGS="-Cprofile-use=$(PGO_DIR)/dvmlab.profdata"; \
+OWN_PROFILES := conformance/profiles/reference.toml conformance/profiles/human-status-example.toml
+# The shell prefix of a bench target measuring the profiles $(1).
+with_pgo = if [ "$(if $(filter-out $(OWN_PROFILES),$(1)),0,$(PGO))" = 1 ] && bench/pgo-train "$(PGO_DIR)"; then \
+	  export CARGO_TARGET_DIR="$(PGO_DIR)/use" RUSTFLAGS="$$RUSTFLAGS -Cprofile-use=$(PGO_DIR)/dvmlab.profdata" \
+	    DVMLAB_BENCH_BUILD="release, profile-guided (bench/pgo-train)"; \
 	  echo "bench: the runtime built with profile-guided optimization ($(PGO_DIR))"; \
-	else echo "bench: the plain release build (no profile-guided optimization)"; fi;
+	else export DVMLAB_BENCH_BUILD="release"; \
+	  echo "bench: the plain release build (PGO=0, a profile not dvmlab's, or no profile trained)"; fi;
 bench:
-	@$(WITH_PGO) $(BENCH) run --profile $(PROFILE) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
+	@$(call with_pgo,$(PROFILE)) $(BENCH) run --profile $(PROFILE) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
 	cargo bench -p dvmlab-runtime --bench key
 	DVMLAB_BACKEND=netns cargo bench -p dvmlab-runtime --bench elastic
 	@if pkg-config --exists pmix json-c; then \
@@ -112,29 +118,29 @@ bench:
 
 ## PROFILES measured alternately in one run: medians, spread, ratios side by side.
 bench-compare:
-	@$(WITH_PGO) $(BENCH) run $(foreach p,$(PROFILES),--profile $(p)) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
+	@$(call with_pgo,$(PROFILES)) $(BENCH) run $(foreach p,$(PROFILES),--profile $(p)) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
 
 ## Two PROFILES' jobs in pairs: both DVMs held side by side, jobs alternated, each difference
 ## taken within its pair (resolves a few per cent; PAIRS pairs at PAIR_SIZES nodes).
 PAIR_SIZES ?= 32,128
 PAIRS ?= 40
 bench-pair:
-	@$(WITH_PGO) $(BENCH) pair $(foreach p,$(PROFILES),--profile $(p)) --sizes $(PAIR_SIZES) --pairs $(PAIRS)
+	@$(call with_pgo,$(PROFILES)) $(BENCH) pair $(foreach p,$(PROFILES),--profile $(p)) --sizes $(PAIR_SIZES) --pairs $(PAIRS)
 
 ## Where a job's time goes: jobs on a held DVM, each beside a run of its floor, the CPU of both
 ## split by who ran it (daemons by their place in the tree, the tool, the programs).
 ANATOMY_SIZES ?= 32,128
 ANATOMY_JOBS ?= 20
 bench-anatomy:
-	@$(WITH_PGO) $(BENCH) anatomy --profile $(PROFILE) --sizes $(ANATOMY_SIZES) --jobs $(ANATOMY_JOBS)
+	@$(call with_pgo,$(PROFILE)) $(BENCH) anatomy --profile $(PROFILE) --sizes $(ANATOMY_SIZES) --jobs $(ANATOMY_JOBS)
 
 ## dvmlab against Open MPI's mpirun (Debian's openmpi-bin), one-shot work on the same hosts.
 bench-peers:
-	@$(WITH_PGO) $(BENCH) peers --profile $(PROFILE) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
+	@$(call with_pgo,$(PROFILE)) $(BENCH) peers --profile $(PROFILE) --sizes $(BENCH_SIZES) --reps $(BENCH_REPS)
 
 ## Formation and a job per node at SCALE_SIZES netns hosts, with memory.
 bench-scale:
-	@$(WITH_PGO) $(BENCH) run --profile $(PROFILE) --sizes $(SCALE_SIZES) --reps 1 --sequential 0 --grow 0 --job-reps 3 --name scale
+	@$(call with_pgo,$(PROFILE)) $(BENCH) run --profile $(PROFILE) --sizes $(SCALE_SIZES) --reps 1 --sequential 0 --grow 0 --job-reps 3 --name scale
 
 ## The README's performance section, rebuilt from what the runs above wrote.
 bench-readme:

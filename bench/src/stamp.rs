@@ -14,6 +14,10 @@ pub struct Stamp {
     pub date: String,
     /// `git describe --always --dirty` of the checkout, when it is one.
     pub git: String,
+    /// How the measured runtime was built, as the Makefile's bench targets say it
+    /// (`DVMLAB_BENCH_BUILD`: with profile-guided optimization or without); none when the
+    /// bench was run by hand.
+    pub build: Option<String>,
 }
 
 impl Stamp {
@@ -41,13 +45,21 @@ impl Stamp {
             kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
             date: run("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
             git: run("git", &["describe", "--always", "--dirty"]),
+            build: std::env::var("DVMLAB_BENCH_BUILD")
+                .ok()
+                .filter(|b| !b.is_empty()),
         }
     }
 
     /// One line for a chart's foot or a table's heading.
     pub fn line(&self) -> String {
+        let build = self
+            .build
+            .as_ref()
+            .map(|b| format!(" · {b}"))
+            .unwrap_or_default();
         format!(
-            "{} · {} cores ({}) · Linux {} · {} · {}",
+            "{} · {} cores ({}) · Linux {} · {} · {}{build}",
             self.date, self.cores, self.cpu, self.kernel, self.host, self.git
         )
     }
