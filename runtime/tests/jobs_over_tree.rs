@@ -62,6 +62,77 @@ fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
     dvm.stop_cleanly(&hosts);
 }
 
+/// What a job process of a 2-node DVM sees of itself (its variables, descriptors 0 to 3,
+/// whether it leads its group, its directory, its signal mask and ignored signals), per
+/// process, sorted; started with `dvmlab_spawn_clone` `clone`.
+fn what_job_processes_see(test: &str, clone: &str) -> Option<Vec<String>> {
+    let (mut dvm, hosts) = Dvm::formed_with(test, Needs::AnyBackend, 2, 2, |s| {
+        s.env
+            .push(("PRTE_MCA_dvmlab_spawn_clone".into(), clone.into()))
+    })?;
+    let script = r#"echo "$DVMLAB_PROC/$DVMLAB_NPROCS job $DVMLAB_JOB_ID fd3=$DVMLAB_BARRIER_FD"
+        for fd in 0 1 2 3; do echo "$DVMLAB_PROC: $fd $(readlink /proc/$$/fd/$fd | cut -d: -f1)"; done
+        [ "$(cut -d' ' -f5 /proc/$$/stat)" = "$$" ] && echo "$DVMLAB_PROC: leads its group"
+        echo "$DVMLAB_PROC: in $(pwd)"
+        sed -n "s/^\(Sig[BI][lg][kn]\)/$DVMLAB_PROC: \1/p" /proc/self/status"#;
+    let (code, out, err) = prun(&dvm, &["-n", "2", "--wdir", "/tmp", "sh", "-c", script]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    dvm.stop_cleanly(&hosts);
+    let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+    lines.sort();
+    Some(lines)
+}
+
+#[test]
+fn processes_started_by_the_clone_and_by_posix_spawn_see_the_same_but_glibcs_own_ignored_signals() {
+    let test = "clone and posix_spawn alike";
+    let Some(cloned) = what_job_processes_see(test, "1") else {
+        return;
+    };
+    let Some(spawned) = what_job_processes_see(test, "0") else {
+        return;
+    };
+    let ignored = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l.contains("SigIgn"))
+            .cloned()
+            .collect()
+    };
+    // glibc's posix_spawn leaves its own two signals (32 and 33) ignored in the child; the
+    // clone leaves none.
+    assert_eq!(
+        ignored(&cloned),
+        [
+            "0: SigIgn:\t0000000000000000",
+            "1: SigIgn:\t0000000000000000"
+        ],
+        "{cloned:#?}"
+    );
+    let rest = |lines: &[String]| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| !l.contains("SigIgn"))
+            .cloned()
+            .collect()
+    };
+    assert_eq!(rest(&cloned), rest(&spawned));
+    for p in 0..2 {
+        for l in [
+            format!("{p}/2 job 1 fd3=3"),
+            format!("{p}: 0 /dev/null"),
+            format!("{p}: 1 pipe"),
+            format!("{p}: 2 pipe"),
+            format!("{p}: 3 socket"),
+            format!("{p}: leads its group"),
+            format!("{p}: in /tmp"),
+            format!("{p}: SigBlk:\t0000000000000000"),
+        ] {
+            assert!(cloned.contains(&l), "{l:?} not in {cloned:#?}");
+        }
+    }
+}
+
 /// The pid of `daemon`'s job reaper: its child named `prted-reaper`.
 fn reaper_of(daemon: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {

@@ -11,6 +11,7 @@ mod logging;
 mod reaper;
 mod session;
 mod shell;
+mod spawn;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -348,6 +349,7 @@ pub async fn run(
         slot,
     )
     .log_starts(s.odls_verbose >= 1)
+    .spawn_clone(s.spawn_clone)
     .with_events(
         p.identity.nspace.clone(),
         tool_socket.clone(),

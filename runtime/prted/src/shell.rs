@@ -28,12 +28,14 @@ use std::os::unix::net::UnixStream;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::reaper::Reaper;
+use crate::spawn::{self, CloneError, Cloned, Descriptors, Program, Spawner};
 use dvmlab_core::exec::{Input, JobId, JobSpec};
 use dvmlab_core::tree::Rank;
 use dvmlab_proto::limits::{MAX_OUTPUT_CHUNK, MAX_STDIN_QUEUE, STDIN_WINDOW};
@@ -50,6 +52,7 @@ pub struct Runner {
     /// Kills those groups if this daemon dies.
     reaper: Arc<Mutex<Reaper>>,
     slot: Arc<Mutex<BarrierSlot>>,
+    spawner: Arc<Mutex<Spawner>>,
     barriers: Arc<Mutex<HashMap<JobId, Barriers>>>,
     /// Process 0's stdin of each job that runs it here with stdin.
     stdins: Arc<Mutex<HashMap<JobId, StdinFeed>>>,
@@ -128,12 +131,20 @@ impl Runner {
             groups: Arc::new(Mutex::new(HashMap::new())),
             reaper: Arc::new(Mutex::new(reaper)),
             slot: Arc::new(Mutex::new(slot)),
+            spawner: Arc::new(Mutex::new(Spawner::new(true))),
             barriers: Arc::new(Mutex::new(HashMap::new())),
             stdins: Arc::new(Mutex::new(HashMap::new())),
             pmix: None,
             procs: ProcTable::default(),
             log_starts: false,
         }
+    }
+
+    /// Whether job processes are started by the clone where the kernel has it (else always
+    /// the standard library's way, `posix_spawn`: `dvmlab_spawn_clone`).
+    pub fn spawn_clone(mut self, on: bool) -> Runner {
+        self.spawner = Arc::new(Mutex::new(Spawner::new(on)));
+        self
     }
 
     /// Logs every job process this daemon starts (`odls_base_verbose` 1 and up): job,
@@ -232,7 +243,7 @@ impl Runner {
         let stdins = self.stdins.clone();
         let procs_table = self.procs.clone();
         let log_starts = self.log_starts;
-        let (me, events, groups, prolog, barriers, reaper, slot) = (
+        let (me, events, groups, prolog, barriers, reaper, slot, spawner) = (
             self.me,
             self.events.clone(),
             self.groups.clone(),
@@ -240,6 +251,7 @@ impl Runner {
             self.barriers.clone(),
             self.reaper.clone(),
             self.slot.clone(),
+            self.spawner.clone(),
         );
         tokio::spawn(async move {
             let _gone = StdinGone(stdins, id);
@@ -267,6 +279,11 @@ impl Runner {
             let mut running = FuturesUnordered::new();
             let mut status = 0;
             let procs = spec.placement.procs_on(me);
+            // What the processes run, as the clone takes it, made once for all of them.
+            let mut program = match spawner.lock() {
+                Ok(s) if s.clones() => Some(job_program(&spec, id)),
+                _ => None,
+            };
             if let Ok(mut b) = barriers.lock() {
                 b.entry(id).or_default().procs = procs.len();
             }
@@ -281,18 +298,34 @@ impl Runner {
                     status = status.max(reap_ready(&mut running).await);
                 }
                 let feed = if proc == 0 { stdin_rx.take() } else { None };
-                let spawned = match slot.lock() {
-                    Ok(mut slot) => spawn(&spec, id, proc, feed.is_some(), &mut slot),
-                    Err(_) => Err(std::io::Error::other("barrier slot poisoned")),
+                let spawned = match (slot.lock(), spawner.lock()) {
+                    (Ok(mut slot), Ok(mut spawner)) => start(
+                        &spec,
+                        id,
+                        proc,
+                        feed.is_some(),
+                        &mut slot,
+                        &mut spawner,
+                        &mut program,
+                    ),
+                    _ => Err(std::io::Error::other("barrier slot poisoned")),
                 };
-                let watched = spawned.and_then(|(mut child, socket)| {
-                    let socket = Arc::new(socket);
+                let watched = spawned.and_then(|started| {
+                    let socket = Arc::new(started.socket);
                     // SAFETY: the socket stays open while registered: the registration holds
                     // one of its references.
                     let requests = unsafe {
                         AsyncFd::register_with_interest(socket.clone(), Interest::READABLE)
                     }?;
-                    Ok((child.stdin.take(), Watched { child, requests }))
+                    Ok((
+                        started.stdin,
+                        Watched {
+                            proc: started.proc,
+                            stdout: started.stdout,
+                            stderr: started.stderr,
+                            requests,
+                        },
+                    ))
                 });
                 match watched {
                     Ok((stdin, w)) => {
@@ -311,7 +344,7 @@ impl Runner {
                                 .writers
                                 .push(w.requests.get_ref().clone());
                         }
-                        if let Some(pid) = w.child.id() {
+                        if let Some(pid) = w.proc.pid() {
                             if let Ok(mut r) = reaper.lock() {
                                 r.started(pid as i32);
                             }
@@ -410,9 +443,45 @@ impl Runner {
     }
 }
 
+/// A started job process, until reaped: cloned, or started by the standard library (where
+/// the kernel has no such clone).
+enum Proc {
+    Cloned(Cloned),
+    Std(tokio::process::Child),
+}
+
+impl Proc {
+    /// Its pid, while not reaped.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Proc::Cloned(c) => Some(c.pid() as u32),
+            Proc::Std(c) => c.id(),
+        }
+    }
+
+    /// Waits for the exit and reaps: the wait status.
+    async fn wait(&mut self) -> std::io::Result<i32> {
+        match self {
+            Proc::Cloned(c) => c.wait().await,
+            Proc::Std(c) => c.wait().await.map(|st| st.into_raw()),
+        }
+    }
+}
+
+/// A job process just started, and the daemon's ends of its pipes and barrier socket.
+struct Started {
+    proc: Proc,
+    stdin: Option<pipe::Sender>,
+    stdout: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
+    socket: UnixStream,
+}
+
 /// One local process of a job, as started: what it is watched by.
 struct Watched {
-    child: tokio::process::Child,
+    proc: Proc,
+    stdout: Option<pipe::Receiver>,
+    stderr: Option<pipe::Receiver>,
     /// Its barrier socket, for the requests it writes (readiness to read only: the replies
     /// are written without waiting).
     requests: AsyncFd<Arc<UnixStream>>,
@@ -436,12 +505,12 @@ async fn watch(
     table: ProcTable,
 ) -> i32 {
     let Watched {
-        mut child,
+        proc: mut process,
+        stdout: out,
+        stderr: err,
         requests,
     } = w;
-    let pid = child.id().map(|p| p as i32);
-    let out = child.stdout.take();
-    let err = child.stderr.take();
+    let pid = process.pid().map(|p| p as i32);
     let give_up = CancellationToken::new();
     let output = async {
         tokio::join!(
@@ -450,8 +519,8 @@ async fn watch(
         )
     };
     let exit = async {
-        let st = match child.wait().await {
-            Ok(st) => st.into_raw(),
+        let st = match process.wait().await {
+            Ok(st) => st,
             Err(e) => {
                 warn!("waiting for a process of job {id}: {e}");
                 1 << 8
@@ -748,13 +817,103 @@ impl BarrierSlot {
     }
 }
 
-fn spawn(
+/// The environment variables every process of job `id` is told, besides its own number
+/// (`DVMLAB_PROC`).
+fn job_vars(spec: &JobSpec, id: JobId) -> [(&'static str, String); 3] {
+    [
+        ("DVMLAB_JOB_ID", id.to_string()),
+        ("DVMLAB_NPROCS", spec.placement.nprocs.to_string()),
+        ("DVMLAB_BARRIER_FD", BARRIER_FD.to_string()),
+    ]
+}
+
+/// What job `id`'s processes run, for the clone (an error here is the start's error).
+fn job_program(spec: &JobSpec, id: JobId) -> std::io::Result<Program> {
+    let mut env = spec.env.clone();
+    env.extend(job_vars(spec, id).map(|(k, v)| (k.to_string(), v)));
+    Program::new(&spec.argv, &env, "DVMLAB_PROC", spec.cwd.as_deref())
+}
+
+/// Starts process `proc` of job `id`: by the clone while the kernel has it (`program`, made
+/// once per job), else the standard library's way.
+fn start(
     spec: &JobSpec,
     id: JobId,
     proc: u32,
     stdin: bool,
     slot: &mut BarrierSlot,
-) -> std::io::Result<(tokio::process::Child, UnixStream)> {
+    spawner: &mut Spawner,
+    program: &mut Option<std::io::Result<Program>>,
+) -> std::io::Result<Started> {
+    if let Some(p) = program {
+        let p = p
+            .as_mut()
+            .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?;
+        match cloned(p, proc, stdin, slot, spawner) {
+            Ok(started) => return Ok(started),
+            Err(CloneError::Failed(e)) => return Err(e),
+            Err(CloneError::Unsupported(e)) => {
+                warn!("job processes are started by posix_spawn from now on: clone3 with CLONE_CLEAR_SIGHAND refused ({e})");
+                *program = None;
+            }
+        }
+    }
+    std_spawn(spec, id, proc, stdin, slot)
+}
+
+/// Starts a process of `program` by the clone.
+fn cloned(
+    program: &mut Program,
+    proc: u32,
+    stdin: bool,
+    slot: &BarrierSlot,
+    spawner: &mut Spawner,
+) -> Result<Started, CloneError> {
+    let failed = CloneError::Failed;
+    let (ours, theirs) = UnixStream::pair().map_err(failed)?;
+    ours.set_nonblocking(true).map_err(failed)?;
+    let (stdin_ours, stdin_theirs) = if stdin {
+        let (o, t) = spawn::pipe(false).map_err(failed)?;
+        (Some(o), Some(t))
+    } else {
+        (None, None)
+    };
+    let (out_ours, out_theirs) = spawn::pipe(true).map_err(failed)?;
+    let (err_ours, err_theirs) = spawn::pipe(true).map_err(failed)?;
+    program.set(&proc.to_string());
+    let fds = Descriptors {
+        stdin: stdin_theirs
+            .as_ref()
+            .map_or(slot.null.as_raw_fd(), |t| t.as_raw_fd()),
+        stdout: out_theirs.as_raw_fd(),
+        stderr: err_theirs.as_raw_fd(),
+        barrier: theirs.as_raw_fd(),
+    };
+    let (pid, pidfd) = spawner.clone_exec(program, &fds)?;
+    // The child has its copies (it called `execve`): ours go now, or the pipes would never
+    // end.
+    drop((stdin_theirs, out_theirs, err_theirs, theirs));
+    let proc = Cloned::new(pid, pidfd).map_err(failed)?;
+    Ok(Started {
+        proc: Proc::Cloned(proc),
+        stdin: stdin_ours
+            .map(pipe::Sender::from_owned_fd_unchecked)
+            .transpose()
+            .map_err(failed)?,
+        stdout: Some(pipe::Receiver::from_owned_fd_unchecked(out_ours).map_err(failed)?),
+        stderr: Some(pipe::Receiver::from_owned_fd_unchecked(err_ours).map_err(failed)?),
+        socket: ours,
+    })
+}
+
+/// Starts process `proc` of job `id` by the standard library (`posix_spawn`).
+fn std_spawn(
+    spec: &JobSpec,
+    id: JobId,
+    proc: u32,
+    stdin: bool,
+    slot: &mut BarrierSlot,
+) -> std::io::Result<Started> {
     let (ours, theirs) = UnixStream::pair()?;
     ours.set_nonblocking(true)?;
     let (prog, args) = spec
@@ -764,10 +923,8 @@ fn spawn(
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env("DVMLAB_JOB_ID", id.to_string())
+        .envs(job_vars(spec, id))
         .env("DVMLAB_PROC", proc.to_string())
-        .env("DVMLAB_NPROCS", spec.placement.nprocs.to_string())
-        .env("DVMLAB_BARRIER_FD", BARRIER_FD.to_string())
         // The slot's /dev/null, duplicated: no path to look up per process.
         .stdin(if stdin {
             Stdio::piped()
@@ -785,14 +942,36 @@ fn spawn(
     dup3(&theirs, &mut slot.fd3, OFlag::empty())?;
     let child = cmd.spawn();
     dup3(&slot.null, &mut slot.fd3, OFlag::O_CLOEXEC)?;
-    Ok((child?, ours))
+    let mut child = child?;
+    let stdin = child
+        .stdin
+        .take()
+        .map(|p| p.into_owned_fd().and_then(pipe::Sender::from_owned_fd))
+        .transpose()?;
+    let stdout = child
+        .stdout
+        .take()
+        .map(|p| p.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
+        .transpose()?;
+    let stderr = child
+        .stderr
+        .take()
+        .map(|p| p.into_owned_fd().and_then(pipe::Receiver::from_owned_fd))
+        .transpose()?;
+    Ok(Started {
+        proc: Proc::Std(child),
+        stdin,
+        stdout,
+        stderr,
+        socket: ours,
+    })
 }
 
 /// Writes what the tool sends to a process's stdin, in order, and acknowledges every piece
 /// once written. Once the process closed its stdin or exited (or the tool said `eof`), the
 /// rest is acknowledged unwritten, so the tool never waits on a process that reads no more.
 async fn feed_stdin(
-    mut pipe: Option<tokio::process::ChildStdin>,
+    mut pipe: Option<pipe::Sender>,
     mut rx: mpsc::UnboundedReceiver<(Vec<u8>, bool)>,
     queued: Arc<AtomicUsize>,
     events: mpsc::Sender<Input>,

@@ -111,7 +111,7 @@ impl Dvm {
         })
     }
 
-    fn formed_with(
+    pub fn formed_with(
         test: &str,
         needs: Needs,
         n: usize,

@@ -54,6 +54,10 @@ pub const MAX_LAUNCHING_PARAM: &str = "dvmlab_max_launching";
 /// job whose processes end by then reports start and finish in one message (an extension;
 /// 0 turns it off).
 pub const START_HOLD_PARAM: &str = "dvmlab_start_hold";
+/// Whether a daemon starts job processes by a vfork-style `clone3` that clears the signal
+/// handlers in the kernel, rather than by `posix_spawn` (an extension; on by default, and
+/// off by itself where the kernel refuses that clone).
+pub const SPAWN_CLONE_PARAM: &str = "dvmlab_spawn_clone";
 /// [`START_HOLD_PARAM`]'s default: longer than a short job's processes take on a busy node,
 /// short enough that nobody watching a job's state sees its `RUN` late.
 pub const DEFAULT_START_HOLD: Duration = Duration::from_millis(50);
@@ -246,6 +250,8 @@ pub struct Settings {
     pub max_launching: Option<usize>,
     /// [`START_HOLD_PARAM`].
     pub start_hold: Duration,
+    /// [`SPAWN_CLONE_PARAM`].
+    pub spawn_clone: bool,
     pub dvm_temp_dir: PathBuf,
     /// `SessionTmpDir`, a template (see [`expand_template`]).
     pub session_tmp_dir: Option<String>,
@@ -374,6 +380,11 @@ impl Settings {
             .map(|(v, o)| parse_bool(v, &o))
             .transpose()?
             .unwrap_or(false);
+        let spawn_clone = params
+            .get(SPAWN_CLONE_PARAM)
+            .map(|(v, o)| parse_bool(v, &o))
+            .transpose()?
+            .unwrap_or(true);
         let launch_agent = match params.get(LAUNCH_AGENT_PARAM) {
             Some((v, o)) => {
                 let words: Vec<String> = v.split_whitespace().map(str::to_string).collect();
@@ -469,6 +480,7 @@ impl Settings {
             odls_verbose,
             max_launching,
             start_hold,
+            spawn_clone,
             elastic_fault: params
                 .get(ELASTIC_FAULT_PARAM)
                 .map(|(v, o)| {
@@ -820,6 +832,15 @@ mod tests {
         .unwrap();
         assert_eq!(s.netmask, Some(16));
         assert_eq!(s.networks[1], NetSpec::Interface("eth1".into()));
+    }
+
+    #[test]
+    fn job_processes_are_cloned_unless_told_otherwise_and_a_word_not_a_yes_or_no_is_refused() {
+        assert!(settings(MIN, &[], &[]).unwrap().spawn_clone);
+        let s = settings(MIN, &[], &[("PRTE_MCA_dvmlab_spawn_clone", "0")]).unwrap();
+        assert!(!s.spawn_clone);
+        let e = settings(MIN, &[("dvmlab_spawn_clone", "maybe")], &[]).unwrap_err();
+        assert!(e.to_string().contains("maybe"), "{e}");
     }
 
     #[test]
