@@ -62,7 +62,7 @@ fn a_job_runs_on_every_node_streams_its_output_and_exits_with_its_status() {
     dvm.stop_cleanly(&hosts);
 }
 
-/// What a job process of a 2-node DVM sees of itself (its variables, descriptors 0 to 3,
+/// What a job process of a 2-node DVM sees of itself (its variables' names and dvmlab's values, descriptors 0 to 3,
 /// whether it leads its group, its directory, its signal mask and ignored signals), per
 /// process, sorted; started with `dvmlab_spawn_clone` `clone`.
 fn what_job_processes_see(test: &str, clone: &str) -> Option<Vec<String>> {
@@ -74,7 +74,8 @@ fn what_job_processes_see(test: &str, clone: &str) -> Option<Vec<String>> {
         for fd in 0 1 2 3; do echo "$DVMLAB_PROC: $fd $(readlink /proc/$$/fd/$fd | cut -d: -f1)"; done
         [ "$(cut -d' ' -f5 /proc/$$/stat)" = "$$" ] && echo "$DVMLAB_PROC: leads its group"
         echo "$DVMLAB_PROC: in $(pwd)"
-        sed -n "s/^\(Sig[BI][lg][kn]\)/$DVMLAB_PROC: \1/p" /proc/self/status"#;
+        sed -n "s/^\(Sig[BI][lg][kn]\)/$DVMLAB_PROC: \1/p" /proc/self/status
+        env | cut -d= -f1 | grep -v -x -e PWD -e OLDPWD -e _ -e SHLVL | sed "s/^/$DVMLAB_PROC: env /""#;
     let (code, out, err) = prun(&dvm, &["-n", "2", "--wdir", "/tmp", "sh", "-c", script]);
     assert_eq!(code, Some(0), "{out}{err}");
     dvm.stop_cleanly(&hosts);
@@ -99,8 +100,8 @@ fn processes_started_by_the_clone_and_by_posix_spawn_see_the_same_but_glibcs_own
             .cloned()
             .collect()
     };
-    // glibc's posix_spawn leaves its own two signals (32 and 33) ignored in the child; the
-    // clone leaves none.
+    // glibc's posix_spawn leaves at most its own two signals (32 and 33) ignored in the
+    // child; the clone leaves none.
     assert_eq!(
         ignored(&cloned),
         [
@@ -109,6 +110,13 @@ fn processes_started_by_the_clone_and_by_posix_spawn_see_the_same_but_glibcs_own
         ],
         "{cloned:#?}"
     );
+    for l in ignored(&spawned) {
+        let bits = u64::from_str_radix(l.rsplit('\t').next().unwrap_or(""), 16);
+        assert!(
+            bits.is_ok_and(|b| b & !(0b11 << 31) == 0),
+            "posix_spawn: {l:?}"
+        );
+    }
     let rest = |lines: &[String]| -> Vec<String> {
         lines
             .iter()
@@ -127,6 +135,7 @@ fn processes_started_by_the_clone_and_by_posix_spawn_see_the_same_but_glibcs_own
             format!("{p}: leads its group"),
             format!("{p}: in /tmp"),
             format!("{p}: SigBlk:\t0000000000000000"),
+            format!("{p}: env DVMLAB_NPROCS"),
         ] {
             assert!(cloned.contains(&l), "{l:?} not in {cloned:#?}");
         }

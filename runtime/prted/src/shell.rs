@@ -845,6 +845,10 @@ fn start(
     spawner: &mut Spawner,
     program: &mut Option<std::io::Result<Program>>,
 ) -> std::io::Result<Started> {
+    // Another job's start may have found the clone refused since this job's began.
+    if !spawner.clones() {
+        *program = None;
+    }
     if let Some(p) = program {
         let p = p
             .as_mut()
@@ -893,7 +897,10 @@ fn cloned(
     // The child has its copies (it called `execve`): ours go now, or the pipes would never
     // end.
     drop((stdin_theirs, out_theirs, err_theirs, theirs));
-    let proc = Cloned::new(pid, pidfd).map_err(failed)?;
+    let proc = Cloned::new(pid, pidfd).map_err(|e| {
+        spawn::abandon(pid);
+        failed(e)
+    })?;
     Ok(Started {
         proc: Proc::Cloned(proc),
         stdin: stdin_ours
