@@ -308,7 +308,7 @@ impl Runner {
                         &mut spawner,
                         &mut program,
                     ),
-                    _ => Err(std::io::Error::other("barrier slot poisoned")),
+                    _ => Err(std::io::Error::other("barrier slot or spawner poisoned")),
                 };
                 let watched = spawned.and_then(|started| {
                     let socket = Arc::new(started.socket);
