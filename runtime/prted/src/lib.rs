@@ -12,6 +12,7 @@ mod reaper;
 mod session;
 mod shell;
 mod spawn;
+mod timers;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -394,9 +395,10 @@ pub async fn run(
     // Inputs the shell itself produces (a link it had to drop, an epilog with nothing to
     // run), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();
-    // The start holds not yet run out, to be cancelled when the start goes up earlier: at
-    // most one per job this daemon tracks.
-    let mut holds: HashMap<JobId, tokio::task::AbortHandle> = HashMap::new();
+    // Every timer the core set and not yet due; the start holds among them, to be
+    // cancelled when the start goes up earlier (at most one per job this daemon tracks).
+    let mut timers: timers::Timers<Input> = timers::Timers::new()?;
+    let mut holds: HashMap<JobId, timers::TimerId> = HashMap::new();
 
     'main: loop {
         let mut outs = std::mem::take(&mut pending).into_iter().peekable();
@@ -434,26 +436,22 @@ pub async fn run(
                 }
                 Output::Net(Io::Hurry) => ctx.hurry.notify_waiters(),
                 Output::SetTimer { timer, delay } => {
-                    let ev = ctx.events.clone();
                     let input = match timer {
                         Timer::Net(t) => Input::Net(overlay::Input::Timer(t)),
                         Timer::JobLimit(id) => Input::JobLimit(id),
                         Timer::Campaign(id) => Input::CampaignTimeout(id),
                         Timer::StartHold(id) => Input::Shell(ExecInput::StartDue { id }),
                     };
-                    let task = tokio::spawn(async move {
-                        after(delay).await;
-                        let _ = ev.send(Event::Input(input)).await;
-                    });
+                    let set = timers.set(delay, input);
                     if let Timer::StartHold(id) = timer {
-                        if let Some(old) = holds.insert(id, task.abort_handle()) {
-                            old.abort();
+                        if let Some(old) = holds.insert(id, set) {
+                            timers.cancel(old);
                         }
                     }
                 }
                 Output::CancelTimer(Timer::StartHold(id)) => {
-                    if let Some(h) = holds.remove(&id) {
-                        h.abort();
+                    if let Some(set) = holds.remove(&id) {
+                        timers.cancel(set);
                     }
                 }
                 Output::CancelTimer(other) => warn!("timer {other:?} cannot be cancelled"),
@@ -530,6 +528,10 @@ pub async fn run(
                     li
                 }
                 _ = ctx.drained.notified(), if !room => continue,
+                _ = timers.expired() => {
+                    inbox.extend(timers.take_due());
+                    continue;
+                }
                 sig = signals.recv() => {
                     info!("received {sig}; rank {} exiting", core.rank());
                     break 'main;
