@@ -13,12 +13,12 @@
 //! difference.
 
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use nix::libc;
 use tokio::io::unix::AsyncFd;
@@ -41,10 +41,43 @@ pub struct Program {
     /// `/bin/sh`, for a candidate that is no executable format (`ENOEXEC`): `execvp` runs
     /// it as a shell script, with `sh` first and the file in place of the program's name.
     sh: CString,
-    env: Vec<CString>,
+    env: Vec<EnvVar>,
     /// The index in `env` of the variable set per process, and its name.
     per_proc: Option<(usize, &'static str)>,
     cwd: Option<CString>,
+}
+
+/// One `NAME=value` of a job process's environment: the daemon's own, or the job's.
+enum EnvVar {
+    Daemon(&'static CStr),
+    Job(CString),
+}
+
+impl EnvVar {
+    fn as_c_str(&self) -> &CStr {
+        match self {
+            EnvVar::Daemon(c) => c,
+            EnvVar::Job(c) => c,
+        }
+    }
+}
+
+/// This daemon's own environment, by name, each as its `NAME=value`: read once (nothing in
+/// the daemon changes it), where every job used to read and copy it again.
+fn daemon_env() -> &'static [(OsString, CString)] {
+    static ENV: OnceLock<Vec<(OsString, CString)>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        vars.into_iter()
+            .filter_map(|(k, v)| {
+                let mut kv = k.clone().into_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                // An environment holds no NUL byte.
+                CString::new(kv).ok().map(|kv| (k, kv))
+            })
+            .collect()
+    })
 }
 
 impl Program {
@@ -74,30 +107,48 @@ impl Program {
                 "an empty program name",
             ));
         }
-        // By name, each once, as the standard library's spawn passes an environment.
-        let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-        for (k, v) in env {
-            vars.insert(k.into(), v.into());
-        }
-        vars.insert(per_proc.into(), OsString::new());
-        let mut envp = Vec::with_capacity(vars.len());
+        // By name, each once, as the standard library's spawn passes an environment: the
+        // job's variables merged into the daemon's, both in name order.
+        let mut own: BTreeMap<&OsStr, &OsStr> = env
+            .iter()
+            .map(|(k, v)| (OsStr::new(k), OsStr::new(v)))
+            .collect();
+        own.insert(OsStr::new(per_proc), OsStr::new(""));
+        let daemon = daemon_env();
+        let mut envp = Vec::with_capacity(daemon.len() + own.len());
         let mut at = None;
-        for (i, (k, v)) in vars.iter().enumerate() {
-            if k == per_proc {
-                at = Some(i);
+        let mut path = None;
+        let mut theirs = daemon.iter().peekable();
+        for (k, v) in &own {
+            while let Some((dk, kv)) = theirs.next_if(|(dk, _)| dk.as_os_str() <= *k) {
+                if dk.as_os_str() < *k {
+                    if dk == "PATH" {
+                        path = Some(&kv.as_bytes()[5..]);
+                    }
+                    envp.push(EnvVar::Daemon(kv));
+                }
             }
-            let mut kv = k.clone().into_vec();
+            if *k == per_proc {
+                at = Some(envp.len());
+            }
+            if *k == "PATH" {
+                path = Some(v.as_bytes());
+            }
+            let mut kv = k.as_bytes().to_vec();
             kv.push(b'=');
             kv.extend_from_slice(v.as_bytes());
-            envp.push(c(&kv, "an environment variable")?);
+            envp.push(EnvVar::Job(c(&kv, "an environment variable")?));
         }
-        let paths = search(
-            prog.as_bytes(),
-            vars.get(OsStr::new("PATH")).map(|p| p.as_os_str()),
-        )
-        .into_iter()
-        .map(|p| c(&p, "the program's path"))
-        .collect::<io::Result<_>>()?;
+        for (dk, kv) in theirs {
+            if dk == "PATH" {
+                path = Some(&kv.as_bytes()[5..]);
+            }
+            envp.push(EnvVar::Daemon(kv));
+        }
+        let paths = search(prog.as_bytes(), path.map(OsStr::from_bytes))
+            .into_iter()
+            .map(|p| c(&p, "the program's path"))
+            .collect::<io::Result<_>>()?;
         Ok(Program {
             paths,
             argv: argv
@@ -118,7 +169,7 @@ impl Program {
         if let Some((i, name)) = self.per_proc {
             // Neither part holds a NUL: the name is ours, the value a number.
             if let Ok(kv) = CString::new(format!("{name}={value}")) {
-                self.env[i] = kv;
+                self.env[i] = EnvVar::Job(kv);
             }
         }
     }
@@ -209,7 +260,8 @@ impl Spawner {
         let sources = [fds.stdin, fds.stdout, fds.stderr, fds.barrier];
         let mut argv: Vec<*const libc::c_char> = program.argv.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
-        let mut envp: Vec<*const libc::c_char> = program.env.iter().map(|e| e.as_ptr()).collect();
+        let mut envp: Vec<*const libc::c_char> =
+            program.env.iter().map(|e| e.as_c_str().as_ptr()).collect();
         envp.push(std::ptr::null());
         let paths: Vec<*const libc::c_char> = program.paths.iter().map(|p| p.as_ptr()).collect();
         // `sh FILE ARGS…`; the child writes FILE into slot 1.
@@ -882,15 +934,32 @@ mod tests {
         let vars: Vec<String> = p
             .env
             .iter()
-            .map(|c| c.to_string_lossy().into_owned())
+            .map(|c| c.as_c_str().to_string_lossy().into_owned())
             .collect();
-        let mut sorted = vars.clone();
+        let names: Vec<&str> = vars.iter().map(|v| v.split('=').next().unwrap()).collect();
+        let mut sorted = names.clone();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(vars, sorted, "sorted by name, each once");
+        assert_eq!(names, sorted, "sorted by name, each once");
         for v in ["PATH=/x", "ZZ_DVMLAB=2", "P_DVMLAB=5"] {
             assert!(vars.iter().any(|x| x == v), "{v} in {vars:?}");
         }
+        for (k, v) in std::env::vars() {
+            if k != "PATH" {
+                assert!(vars.contains(&format!("{k}={v}")), "the daemon's {k} kept");
+            }
+        }
+        assert_eq!(
+            p.paths,
+            [CString::new("/x/true").unwrap()],
+            "the job's PATH searched"
+        );
+        let p = Program::new(&["true".to_string()], &[], "P_DVMLAB", None).unwrap();
+        let want: Vec<CString> = search(b"true", std::env::var_os("PATH").as_deref())
+            .into_iter()
+            .map(|p| CString::new(p).unwrap())
+            .collect();
+        assert_eq!(p.paths, want, "the daemon's PATH searched");
     }
 
     #[test]

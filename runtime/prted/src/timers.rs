@@ -101,9 +101,12 @@ impl<T> Timers<T> {
             }
             fired.push(entry.remove());
         }
-        if !fired.is_empty() {
-            self.arm();
+        // A one-shot timerfd disarms itself when it expires: nothing to unset (the next
+        // timer the core sets usually follows at once, and arms it again).
+        if self.armed.is_some_and(|at| at <= now) {
+            self.armed = None;
         }
+        self.arm();
         fired
     }
 
