@@ -517,9 +517,7 @@ pub async fn run(
                 ev = rx.recv() => match ev {
                     Some(Event::Input(i)) => i,
                     Some(Event::Register { link, handle, writer }) => {
-                        links.insert(link, handle);
-                        writers.retain(|w| !w.is_finished());
-                        writers.push(writer);
+                        register_link(&mut links, &mut writers, link, handle, writer);
                         continue;
                     }
                     None => break 'main,
@@ -533,6 +531,18 @@ pub async fn run(
                 }
                 _ = ctx.drained.notified(), if !room => continue,
                 _ = timers.expired() => {
+                    // What reached the event channel before the timers fired goes first, as
+                    // it did when each timer was a task sending on that channel: a heartbeat
+                    // must not count as silence the frames that are already here.
+                    for _ in 0..rx.len() {
+                        match rx.try_recv() {
+                            Ok(Event::Input(i)) => inbox.push_back(i),
+                            Ok(Event::Register { link, handle, writer }) => {
+                                register_link(&mut links, &mut writers, link, handle, writer)
+                            }
+                            Err(_) => break,
+                        }
+                    }
                     inbox.extend(timers.take_due());
                     continue;
                 }
@@ -553,6 +563,7 @@ pub async fn run(
         pending = core.handle(now(), input);
     }
     runner.kill_all();
+    drop(timers);
     // Nothing more is taken in (the port is free again for a DVM started next) while the
     // stop's last pokes are made.
     accept.abort();
@@ -569,6 +580,19 @@ pub async fn run(
     session.remove();
     info!("rank {} exited", core.rank());
     Ok(())
+}
+
+/// Takes a new connection's handle from its task; forgets the writers that ended.
+fn register_link(
+    links: &mut HashMap<LinkId, LinkHandle>,
+    writers: &mut Vec<JoinHandle<()>>,
+    link: LinkId,
+    handle: LinkHandle,
+    writer: JoinHandle<()>,
+) {
+    links.insert(link, handle);
+    writers.retain(|w| !w.is_finished());
+    writers.push(writer);
 }
 
 /// Queues `frame` on `link`; a link that cannot take it (see [`LinkHandle::send`]) is

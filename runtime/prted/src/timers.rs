@@ -10,6 +10,7 @@
 //! allocations on every node for every job. Here a deadline costs an entry in a map, and
 //! the thread wakes when the earliest one is due and not otherwise.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
@@ -43,7 +44,14 @@ pub(crate) struct Timers<T> {
     alarm: AsyncFd<Alarm>,
     /// The deadline the timerfd is armed for, if any.
     armed: Option<Duration>,
+    /// The timerfd expired since the last [`Timers::take_due`]: a one-shot timerfd is then
+    /// disarmed, whatever the clock read here says.
+    fired: Cell<bool>,
 }
+
+/// The furthest a timer is set: a delay beyond it (none the cores ask for comes near) waits
+/// this long instead, where adding it to the clock would overflow.
+const FURTHEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The monotonic clock the timerfd counts on, as a duration since its epoch.
 fn monotonic() -> Duration {
@@ -68,15 +76,22 @@ impl<T> Timers<T> {
             seq: 0,
             alarm,
             armed: None,
+            fired: Cell::new(false),
         })
     }
 
     /// Delivers `what` from [`Timers::take_due`] once `delay` has passed.
     pub(crate) fn set(&mut self, delay: Duration, what: T) -> TimerId {
+        self.set_at(monotonic() + delay.min(FURTHEST), what)
+    }
+
+    /// Delivers `what` once the monotonic clock reads `deadline`; timers of one deadline in
+    /// the order they were set.
+    fn set_at(&mut self, deadline: Duration, what: T) -> TimerId {
         self.seq += 1;
         let id = TimerId {
             // Never zero: a timerfd armed for zero is disarmed instead.
-            deadline: (monotonic() + delay).max(Duration::from_nanos(1)),
+            deadline: deadline.max(Duration::from_nanos(1)),
             seq: self.seq,
         };
         self.due.insert(id, what);
@@ -103,7 +118,7 @@ impl<T> Timers<T> {
         }
         // A one-shot timerfd disarms itself when it expires: nothing to unset (the next
         // timer the core sets usually follows at once, and arms it again).
-        if self.armed.is_some_and(|at| at <= now) {
+        if self.fired.replace(false) {
             self.armed = None;
         }
         self.arm();
@@ -114,18 +129,31 @@ impl<T> Timers<T> {
     /// while none is set. Cancel-safe: dropped early, it loses nothing.
     pub(crate) async fn expired(&self) {
         loop {
-            let Ok(mut ready) = self.alarm.readable().await else {
-                return std::future::pending().await;
+            let mut ready = match self.alarm.readable().await {
+                Ok(ready) => ready,
+                // Only once the runtime shuts down.
+                Err(e) => {
+                    tracing::warn!("the daemon's timer cannot be watched: {e}");
+                    return std::future::pending().await;
+                }
             };
             let mut count = [0u8; 8];
             let read = nix::unistd::read(self.alarm.get_ref().0.as_fd(), &mut count);
             // Its next expiry is a new edge (the timer is one-shot and re-armed later).
             ready.clear_ready();
             match read {
+                // Re-armed or disarmed since the edge was seen.
                 Err(nix::errno::Errno::EAGAIN) => continue,
-                // Any other error is not seen on Linux for a monotonic timerfd; the
-                // deadlines are checked by `take_due` anyway.
-                _ => return,
+                Ok(_) => {
+                    self.fired.set(true);
+                    return;
+                }
+                // Not seen on Linux for a monotonic timerfd; `take_due` checks the deadlines
+                // against the clock anyway.
+                Err(e) => {
+                    tracing::warn!("reading the daemon's timer: {e}");
+                    return;
+                }
             }
         }
     }
@@ -211,10 +239,36 @@ mod tests {
     }
 
     #[test]
+    fn timers_of_one_deadline_come_in_the_order_they_were_set_and_a_fired_one_cannot_be_cancelled()
+    {
+        runtime().block_on(async {
+            let mut t = Timers::new().expect("timerfd");
+            let at = monotonic() + Duration::from_millis(10);
+            let first = t.set_at(at, 1);
+            for n in 2..=5 {
+                t.set_at(at, n);
+            }
+            while t.len() > 0 {
+                t.expired().await;
+                let got = t.take_due();
+                if !got.is_empty() {
+                    assert_eq!(got, [1, 2, 3, 4, 5]);
+                }
+            }
+            t.cancel(first);
+            let later = t.set(Duration::from_millis(10), 6);
+            assert_ne!(later, first);
+            t.expired().await;
+            assert_eq!(t.take_due(), [6]);
+        });
+    }
+
+    #[test]
     fn a_timer_set_with_no_delay_is_due_at_once() {
         runtime().block_on(async {
             let mut t = Timers::new().expect("timerfd");
             t.set(Duration::ZERO, 7);
+            t.set(Duration::MAX, 8);
             tokio::time::timeout(Duration::from_secs(5), t.expired())
                 .await
                 .expect("the timer wakes");
