@@ -59,7 +59,7 @@ pub enum Input {
 pub const MAX_CHECKING: usize = 64;
 
 /// A timer the core asks for; it comes back as an input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Timer {
     Net(overlay::Timer),
     JobLimit(JobId),
@@ -79,9 +79,11 @@ pub enum Output {
         timer: Timer,
         delay: Duration,
     },
-    /// A timer set earlier is not needed any more (only [`Timer::StartHold`]s are
-    /// cancelled: a job's start usually goes up with its finish, long before the hold runs
-    /// out, and a wakeup per job for nothing would cost what the hold saves).
+    /// A timer set earlier is not needed any more. Only [`Timer::StartHold`]s (a job's start
+    /// usually goes up with its finish, long before the hold runs out, and a wakeup per job
+    /// for nothing would cost what the hold saves) and [`Timer::JobLimit`]s (a job that ended
+    /// before its limit: the shell would keep an entry per job until each limit passed) are
+    /// cancelled.
     CancelTimer(Timer),
     /// Controller: keep this list of live jobs where a restarted controller finds it.
     Persist(Saved),
@@ -889,6 +891,7 @@ impl DaemonCore {
                 timer: Timer::JobLimit(id),
                 delay,
             },
+            jobs::Output::CancelTimer { id } => Output::CancelTimer(Timer::JobLimit(id)),
             jobs::Output::Persist(live) => Output::Persist(live),
             jobs::Output::State { id, state, code } => Output::JobState { id, state, code },
             jobs::Output::Ended {

@@ -87,6 +87,10 @@ pub enum Output {
         id: JobId,
         delay: Duration,
     },
+    /// The job's time limit set by `SetTimer` is moot: it ended first.
+    CancelTimer {
+        id: JobId,
+    },
     /// The live jobs and the next job id, to be written where a restarted controller
     /// finds them.
     Persist(Saved),
@@ -780,11 +784,17 @@ impl JobManager {
                     return;
                 };
                 j.report.state = "INACTIVE".into();
-                let (tool, status, exception) = (
+                let (tool, status, exception, limited) = (
                     j.tool.take(),
                     j.report.status.unwrap_or(0),
                     j.report.exception.clone(),
+                    j.time_limit_ms.is_some(),
                 );
+                // A short job with a long limit would otherwise leave its timer with the
+                // shell until the limit passed: entries bounded by time, not by live jobs.
+                if limited {
+                    self.emit(Output::CancelTimer { id });
+                }
                 if let Some(link) = tool {
                     self.reply(
                         link,
@@ -1140,6 +1150,36 @@ mod tests {
             Input::Event(JobEvent::Finished { id: 1, status: 9 }),
         );
         assert!(m.handle(&wired(&[]), Input::TimeLimit(1)).is_empty());
+    }
+
+    #[test]
+    fn a_job_that_ends_before_its_time_limit_cancels_the_limit_and_one_without_sets_none() {
+        for limit in [Some(500), None] {
+            let mut m = mgr();
+            let mut job = submit(1, MapBy::Node, None);
+            job.time_limit_ms = limit;
+            m.handle(&wired(&[1]), Input::Submit { link: 5, job });
+            let out = m.handle(&wired(&[]), Input::Event(JobEvent::Started { id: 1 }));
+            let set = out
+                .iter()
+                .any(|o| matches!(o, Output::SetTimer { id: 1, .. }));
+            assert_eq!(set, limit.is_some(), "{limit:?}: {out:?}");
+            m.handle(
+                &wired(&[]),
+                Input::Event(JobEvent::Finished { id: 1, status: 0 }),
+            );
+            let out = m.handle(
+                &wired(&[]),
+                Input::Event(JobEvent::Released {
+                    id: 1,
+                    ranks: IdSet::range(1, 1),
+                    last: true,
+                }),
+            );
+            assert!(out.iter().any(|o| matches!(o, Output::Ended { id: 1, .. })));
+            let cancelled = out.contains(&Output::CancelTimer { id: 1 });
+            assert_eq!(cancelled, limit.is_some(), "{limit:?}: {out:?}");
+        }
     }
 
     #[test]

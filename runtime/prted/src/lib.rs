@@ -35,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use dvmlab_core::conf::settings::expand_template;
 use dvmlab_core::daemon_core::{DaemonCore, Input, Now, Output, Timer};
-use dvmlab_core::exec::{Input as ExecInput, JobId, ShellCommand};
+use dvmlab_core::exec::{Input as ExecInput, ShellCommand};
 use dvmlab_core::identity::Role;
 use dvmlab_core::overlay::{self, Io, LinkId, NodeConfig, Note, MISSED_HEARTBEATS};
 use dvmlab_core::tree::Rank;
@@ -395,10 +395,10 @@ pub async fn run(
     // Inputs the shell itself produces (a link it had to drop, an epilog with nothing to
     // run), handled before new events.
     let mut inbox: VecDeque<Input> = VecDeque::new();
-    // Every timer the core set and not yet due; the start holds among them, to be
-    // cancelled when the start goes up earlier (at most one per job this daemon tracks).
+    // Every timer the core set and not yet due; those it may cancel (start holds, job
+    // limits: at most one of each per job this daemon tracks) by what they are.
     let mut timers: timers::Timers<Input> = timers::Timers::new()?;
-    let mut holds: HashMap<JobId, timers::TimerId> = HashMap::new();
+    let mut cancellable: HashMap<Timer, timers::TimerId> = HashMap::new();
 
     // Made once: a signal future made anew on every turn of the loop cost a leaf daemon
     // about 1 % of its CPU per job (perf).
@@ -447,18 +447,17 @@ pub async fn run(
                         Timer::StartHold(id) => Input::Shell(ExecInput::StartDue { id }),
                     };
                     let set = timers.set(delay, input);
-                    if let Timer::StartHold(id) = timer {
-                        if let Some(old) = holds.insert(id, set) {
+                    if matches!(timer, Timer::StartHold(_) | Timer::JobLimit(_)) {
+                        if let Some(old) = cancellable.insert(timer, set) {
                             timers.cancel(old);
                         }
                     }
                 }
-                Output::CancelTimer(Timer::StartHold(id)) => {
-                    if let Some(set) = holds.remove(&id) {
-                        timers.cancel(set);
-                    }
-                }
-                Output::CancelTimer(other) => warn!("timer {other:?} cannot be cancelled"),
+                Output::CancelTimer(timer) => match cancellable.remove(&timer) {
+                    Some(set) => timers.cancel(set),
+                    // Already fired (its input is on its way to the core), or never set.
+                    None => debug!("timer {timer:?}: nothing to cancel"),
+                },
                 Output::Shell(ShellCommand::Launch { id, spec }) => runner.launch(id, spec),
                 Output::Shell(ShellCommand::Kill { id, signal }) => runner.kill(id, signal),
                 Output::Shell(ShellCommand::BarrierDone { id, seq }) => {
@@ -552,8 +551,14 @@ pub async fn run(
                 }
             }
         };
-        if let Input::Shell(ExecInput::StartDue { id }) = &input {
-            holds.remove(id);
+        match &input {
+            Input::Shell(ExecInput::StartDue { id }) => {
+                cancellable.remove(&Timer::StartHold(*id));
+            }
+            Input::JobLimit(id) => {
+                cancellable.remove(&Timer::JobLimit(*id));
+            }
+            _ => {}
         }
         if let Input::Net(overlay::Input::Closed { link }) = &input {
             if let Some(h) = links.remove(link) {

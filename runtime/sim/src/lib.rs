@@ -625,6 +625,8 @@ impl Sim {
                 let life = self.life[r as usize];
                 self.cancelled_holds.insert((r, life, id));
             }
+            // Job limits are not run here (as their `SetTimer` above).
+            Output::CancelTimer(Timer::JobLimit(_)) => {}
             Output::CancelTimer(_) => self.violated(format!(
                 "rank {r} cancelled a timer that cannot be cancelled: {o:?}"
             )),
