@@ -13,6 +13,7 @@ use crate::campaign::{self, Campaigns};
 use crate::event::hub::{self, EventHub};
 use crate::event::interest::Up;
 use crate::exec::{self, Counters, JobExec, JobId, ShellCommand};
+use crate::held_removes::HeldRemoves;
 use crate::jobs::{self, JobManager, Saved};
 use crate::overlay::{self, Io, LinkId, Node, NodeConfig, Note};
 use crate::tree::Rank;
@@ -53,6 +54,8 @@ pub enum Input {
     /// Controller: the hosts of grow request `token` were checked; why each that cannot
     /// be reached is unknown (empty: all resolve).
     HostsChecked { token: u64, unknown: Vec<String> },
+    /// Controller: the hold on the jobs' `remove`s ran out (see [`HeldRemoves`]).
+    RemovesDue,
 }
 
 /// Most grow requests whose hosts are being checked at once; more are refused.
@@ -66,6 +69,9 @@ pub enum Timer {
     Campaign(campaign::CampaignId),
     /// The hold on a job's start report (comes back as `exec::Input::StartDue`).
     StartHold(JobId),
+    /// Controller: the hold on the `remove`s of jobs that ended (comes back as
+    /// [`Input::RemovesDue`]).
+    RemoveHold,
 }
 
 /// Something for the shell to do.
@@ -161,6 +167,9 @@ pub struct DaemonCore {
     /// runtime's doing, not failures to announce (a killed job of N processes would otherwise
     /// send N events to N processes each).
     signalled: BTreeSet<JobId>,
+    /// Controller: the `remove`s of jobs that ended, held to go with the next frame on their
+    /// link.
+    held: HeldRemoves,
     out: Vec<Output>,
 }
 
@@ -186,6 +195,7 @@ impl DaemonCore {
             up: None,
             formed_at_unix_ms: None,
             signalled: BTreeSet::new(),
+            held: HeldRemoves::default(),
             out: Vec::new(),
         };
         if let Some(live) = recovered {
@@ -226,6 +236,14 @@ impl DaemonCore {
         self.exec.set_start_hold(hold);
     }
 
+    /// Controller: how long a job's `remove` may wait for the next frame on its link (see
+    /// [`HeldRemoves`]; zero: not at all).
+    pub fn set_remove_hold(&mut self, hold: Duration) {
+        if self.mgr.is_some() {
+            self.held = HeldRemoves::new(hold);
+        }
+    }
+
     /// The overlay (membership, routes, formation), for status and invariants.
     pub fn node(&self) -> &Node {
         &self.node
@@ -252,7 +270,7 @@ impl DaemonCore {
             Input::Net(i) => Work::Node(i),
             Input::Shell(exec::Input::ProcExited { id, proc, status }) => {
                 self.proc_exited(now, id, proc, status);
-                return std::mem::take(&mut self.out);
+                return self.finish();
             }
             Input::Shell(i) => Work::Exec(i),
             Input::JobLimit(id) => Work::Mgr(jobs::Input::TimeLimit(id)),
@@ -267,6 +285,8 @@ impl DaemonCore {
                 component,
             }),
             Input::CampaignTimeout(id) => Work::Camp(campaign::Input::Timeout(id)),
+            // Sent as they are: `finish` would hold them again.
+            Input::RemovesDue => return self.held.due(),
             Input::HostsChecked { token, unknown } => {
                 let Some((link, req)) = self.checking.remove(&token) else {
                     return Vec::new();
@@ -281,11 +301,17 @@ impl DaemonCore {
                     work.push_back(Work::Node(overlay::Input::Reply { link, reply }));
                 }
                 self.run(now, work);
-                return std::mem::take(&mut self.out);
+                return self.finish();
             }
         };
         self.run(now, VecDeque::from([first]));
-        std::mem::take(&mut self.out)
+        self.finish()
+    }
+
+    /// What the input led to, with the `remove`s held or sent as their hold says.
+    fn finish(&mut self) -> Vec<Output> {
+        let out = std::mem::take(&mut self.out);
+        self.held.pass(out)
     }
 
     /// The controller's status: the overlay's view, when it formed, and the job counters.

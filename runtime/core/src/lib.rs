@@ -12,6 +12,7 @@ pub mod diag;
 pub mod elastic;
 pub mod event;
 pub mod exec;
+pub mod held_removes;
 pub mod hostname;
 pub mod identity;
 pub mod jobs;

@@ -375,6 +375,7 @@ pub async fn run(
         s.max_launching,
     );
     core.set_start_hold(s.start_hold);
+    core.set_remove_hold(s.remove_hold);
     if role == Role::Controller && s.elastic {
         info!(
             "elastic mode: the DVM grows and shrinks on request; new daemons start through {:?}",
@@ -445,6 +446,7 @@ pub async fn run(
                         Timer::JobLimit(id) => Input::JobLimit(id),
                         Timer::Campaign(id) => Input::CampaignTimeout(id),
                         Timer::StartHold(id) => Input::Shell(ExecInput::StartDue { id }),
+                        Timer::RemoveHold => Input::RemovesDue,
                     };
                     let set = timers.set(delay, input);
                     if matches!(timer, Timer::StartHold(_) | Timer::JobLimit(_)) {

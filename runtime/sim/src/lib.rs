@@ -35,6 +35,8 @@ pub const MS: u64 = 1;
 /// The daemons' start hold (simulated ms): shorter than the simulated jobs' default 50 ms,
 /// so runs see starts that go up when the hold runs out and starts that go up with finishes.
 const START_HOLD_MS: u64 = 20;
+/// The controller's hold on a job's `remove` (the runtime's default is 50 ms).
+const REMOVE_HOLD_MS: u64 = 20;
 /// Barriers a shell of a barrier job goes through (see [`Sim::barrier_jobs`]).
 pub const JOB_BARRIERS: u32 = 2;
 pub const TOOL: LinkId = u64::MAX;
@@ -621,6 +623,13 @@ impl Sim {
                 let t = self.now + delay.as_millis() as u64;
                 self.core_at(t, r, CoreInput::Shell(ShellInput::StartDue { id }));
             }
+            Output::SetTimer {
+                timer: Timer::RemoveHold,
+                delay,
+            } => {
+                let t = self.now + delay.as_millis() as u64;
+                self.core_at(t, r, CoreInput::RemovesDue);
+            }
             Output::CancelTimer(Timer::StartHold(id)) => {
                 let life = self.life[r as usize];
                 self.cancelled_holds.insert((r, life, id));
@@ -1022,6 +1031,7 @@ impl Sim {
                     let mut core =
                         DaemonCore::new(cfg, recovered, dvmlab_core::event::server::DEFAULT_RING);
                     core.set_start_hold(Duration::from_millis(START_HOLD_MS));
+                    core.set_remove_hold(Duration::from_millis(REMOVE_HOLD_MS));
                     self.nodes.insert(r, core);
                     self.feed(r, Input::Start);
                 }

@@ -61,8 +61,15 @@ pub const SPAWN_CLONE_PARAM: &str = "dvmlab_spawn_clone";
 /// [`START_HOLD_PARAM`]'s default: longer than a short job's processes take on a busy node,
 /// short enough that nobody watching a job's state sees its `RUN` late.
 pub const DEFAULT_START_HOLD: Duration = Duration::from_millis(50);
-/// The longest [`START_HOLD_PARAM`] taken.
+/// The longest [`START_HOLD_PARAM`] or [`REMOVE_HOLD_PARAM`] taken.
 pub const MAX_START_HOLD: Duration = Duration::from_secs(1);
+/// Seconds the controller may hold a job's `remove` back, so that it goes to each daemon
+/// with the next frame on its link (the next job's) rather than waking it alone (an
+/// extension; 0 turns it off).
+pub const REMOVE_HOLD_PARAM: &str = "dvmlab_remove_hold";
+/// [`REMOVE_HOLD_PARAM`]'s default: longer than a tool takes to submit its next job, short
+/// enough that the daemons' job state lags the job's end by no more than a glance.
+pub const DEFAULT_REMOVE_HOLD: Duration = Duration::from_millis(50);
 
 /// `prte.conf` keys that seed an MCA parameter, and that parameter's name. For these the
 /// command line beats the file, and the file beats the environment.
@@ -250,6 +257,8 @@ pub struct Settings {
     pub max_launching: Option<usize>,
     /// [`START_HOLD_PARAM`].
     pub start_hold: Duration,
+    /// [`REMOVE_HOLD_PARAM`].
+    pub remove_hold: Duration,
     /// [`SPAWN_CLONE_PARAM`].
     pub spawn_clone: bool,
     pub dvm_temp_dir: PathBuf,
@@ -427,23 +436,22 @@ impl Settings {
                 )),
             })
             .transpose()?;
-        let start_hold = match params.get(START_HOLD_PARAM) {
-            Some((v, o)) => {
-                let d = parse_seconds(v, &o, START_HOLD_PARAM)?;
-                if d > MAX_START_HOLD {
-                    return Err(bad_value(
-                        &o,
-                        &format!(
-                            "{START_HOLD_PARAM} must be at most {} s",
-                            MAX_START_HOLD.as_secs_f64()
-                        ),
-                        v,
-                    ));
-                }
-                d
+        let hold = |key: &str, default: Duration| -> Result<Duration, Diagnostic> {
+            let Some((v, o)) = params.get(key) else {
+                return Ok(default);
+            };
+            let d = parse_seconds(v, &o, key)?;
+            if d > MAX_START_HOLD {
+                return Err(bad_value(
+                    &o,
+                    &format!("{key} must be at most {} s", MAX_START_HOLD.as_secs_f64()),
+                    v,
+                ));
             }
-            None => DEFAULT_START_HOLD,
+            Ok(d)
         };
+        let start_hold = hold(START_HOLD_PARAM, DEFAULT_START_HOLD)?;
+        let remove_hold = hold(REMOVE_HOLD_PARAM, DEFAULT_REMOVE_HOLD)?;
         let flag = |key: &str| -> Result<bool, Diagnostic> {
             r.file(key)
                 .map(|(v, o)| parse_bool(&v, &o))
@@ -480,6 +488,7 @@ impl Settings {
             odls_verbose,
             max_launching,
             start_hold,
+            remove_hold,
             spawn_clone,
             elastic_fault: params
                 .get(ELASTIC_FAULT_PARAM)
@@ -844,18 +853,24 @@ mod tests {
     }
 
     #[test]
-    fn the_start_hold_defaults_to_50_ms_may_be_off_and_is_bounded() {
-        assert_eq!(
-            settings(MIN, &[], &[]).unwrap().start_hold,
-            DEFAULT_START_HOLD
-        );
-        let s = settings(MIN, &[("dvmlab_start_hold", "0")], &[]).unwrap();
-        assert_eq!(s.start_hold, Duration::ZERO);
-        let s = settings(MIN, &[], &[("PRTE_MCA_dvmlab_start_hold", "0.2")]).unwrap();
-        assert_eq!(s.start_hold, Duration::from_millis(200));
-        for bad in ["2", "-1", "soon"] {
-            let e = settings(MIN, &[("dvmlab_start_hold", bad)], &[]).unwrap_err();
-            assert!(e.to_string().contains("dvmlab_start_hold"), "{bad}: {e}");
+    fn the_start_and_remove_holds_default_to_50_ms_may_be_off_and_are_bounded() {
+        type Field = fn(&Settings) -> Duration;
+        let holds: [(&str, Field); 2] = [
+            ("dvmlab_start_hold", |s| s.start_hold),
+            ("dvmlab_remove_hold", |s| s.remove_hold),
+        ];
+        for (key, field) in holds {
+            let s = settings(MIN, &[], &[]).unwrap();
+            assert_eq!(field(&s), Duration::from_millis(50), "{key}");
+            let s = settings(MIN, &[(key, "0")], &[]).unwrap();
+            assert_eq!(field(&s), Duration::ZERO, "{key}");
+            let env = format!("PRTE_MCA_{key}");
+            let s = settings(MIN, &[], &[(env.as_str(), "0.2")]).unwrap();
+            assert_eq!(field(&s), Duration::from_millis(200), "{key}");
+            for bad in ["2", "-1", "soon"] {
+                let e = settings(MIN, &[(key, bad)], &[]).unwrap_err();
+                assert!(e.to_string().contains(key), "{key} {bad}: {e}");
+            }
         }
     }
 
