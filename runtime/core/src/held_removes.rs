@@ -20,10 +20,11 @@ use dvmlab_proto::wire::{DaemonMsg, Frame};
 use crate::daemon_core::{Output, Timer};
 use crate::overlay::{Io, LinkId};
 
-/// Most `remove` frames held at once; one more sends them all. A controller ending jobs
-/// faster than its hold (1 ms each for the default 50 ms hold: 50 jobs per hold) gains
-/// little from holding, and the frames are small.
-pub const MAX_HELD_REMOVES: usize = 256;
+/// Most `remove` frames held at once (one per child link and job: a job on every daemon
+/// of a radix-64 tree takes 64); one more sends them all. A controller ending jobs faster
+/// than this within one hold gains little from holding, and each frame is a few hundred
+/// bytes.
+pub const MAX_HELD_REMOVES: usize = 1024;
 
 /// The `remove` frames held back, in the order they were to be sent.
 #[derive(Debug, Default)]
@@ -93,6 +94,10 @@ impl HeldRemoves {
 
     /// Appends the frames held for the links `which` picks to `out`, in order.
     fn send(&mut self, which: impl Fn(LinkId) -> bool, out: &mut Vec<Output>) {
+        // Most sends (a tool's, a heartbeat) are on links with nothing held.
+        if !self.frames.iter().any(|(link, _)| which(*link)) {
+            return;
+        }
         let (sent, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.frames)
             .into_iter()
             .partition(|(link, _)| which(*link));

@@ -405,6 +405,7 @@ pub async fn run(
     // about 1 % of its CPU per job (perf).
     let signal = signals.recv();
     tokio::pin!(signal);
+    let mut exiting = false;
     'main: loop {
         let mut outs = std::mem::take(&mut pending).into_iter().peekable();
         // A frame sent on several links in a row (an event or a job message to every child)
@@ -508,6 +509,9 @@ pub async fn run(
                 }
             }
         }
+        if exiting {
+            break 'main;
+        }
         // Local job output is taken in only while every link has room for it; the job
         // shells wait (and their processes block in write) meanwhile.
         let room = links.values().all(|h| h.queued() < OUTPUT_LOW_WATER);
@@ -549,7 +553,12 @@ pub async fn run(
                 }
                 sig = &mut signal => {
                     info!("received {sig}; rank {} exiting", core.rank());
-                    break 'main;
+                    // The jobs' `remove`s the controller still holds go out first (into
+                    // the writers, which get their time below): daemons that stay up for a
+                    // restarted controller must not take those jobs for strays.
+                    pending = core.handle(now(), Input::RemovesDue);
+                    exiting = true;
+                    continue;
                 }
             }
         };
