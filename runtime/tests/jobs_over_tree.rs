@@ -317,6 +317,36 @@ fn a_controller_restarted_mid_job_recovers_it_losing_and_repeating_nothing() {
 }
 
 #[test]
+fn a_controller_ended_by_sigterm_sends_the_job_removes_it_holds_before_it_exits() {
+    // The longest hold, so that the signal comes while the job's removes are held: daemons
+    // that kept the job would take it for a stray under the restarted controller.
+    let Some((mut dvm, hosts)) = Dvm::formed_with("held-removes", Needs::AnyBackend, 4, 2, |s| {
+        s.env
+            .push(("PRTE_MCA_dvmlab_remove_hold".into(), "1".into()))
+    }) else {
+        return;
+    };
+    let (code, _, err) = prun(&dvm, &["true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let ctl = dvm.ctl.clone();
+    dvm.cluster.stop(&ctl).unwrap();
+    dvm.cluster.start(&ctl).unwrap();
+    dvm.wait_formed(Duration::from_secs(20));
+    // A job on every node: every daemon had its hello answered by the new controller.
+    let (code, _, err) = prun(&dvm, &["true"]);
+    assert_eq!(code, Some(0), "{err}");
+    for h in &hosts[1..] {
+        let log = dvm.cluster.log(h);
+        assert!(
+            !log.contains("upstream does not know it"),
+            "{h} kept the job that had ended:\n{}",
+            dvm.cluster.logs_tail(40)
+        );
+    }
+    dvm.stop_cleanly(&hosts);
+}
+
+#[test]
 fn a_restarted_controller_that_also_ran_job_processes_fails_the_job_for_the_ones_it_lost() {
     let Some(b) = backend("ctlnode", Needs::AnyBackend) else {
         return;
